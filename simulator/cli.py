@@ -1,0 +1,247 @@
+"""Command line: ``clustersim`` (also ``python -m simulator``).
+
+Subcommands
+-----------
+collective   simulate collectives on a topology and print nccl-tests style rows
+topology     ``list`` the builders and presets, ``show`` one topology's devices and links
+algorithms   list the registered algorithms and the collectives each implements
+
+Every user mistake raises a :class:`~simulator.errors.ClusterSimError`; :func:`main` prints it
+on one line to stderr and exits with code 2. Nothing is written before the inputs are validated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pandas as pd
+
+from . import __version__
+from .errors import ClusterSimError, ConfigError
+from .units import format_bandwidth, format_size, parse_size
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports mistakes as one line and exit code 2 (no usage dump)."""
+
+    def error(self, message):  # noqa: D401 - argparse hook
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _params(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _load(args):
+    from .topology import load_topology
+
+    return load_topology(args.topology, _params(args.param))
+
+
+def _algorithms(spec: str, collective: str) -> list[str]:
+    from .schedules import ALGORITHMS, get_algorithm
+
+    if spec == "all":
+        return [a.name for a in ALGORITHMS.values()
+                if collective in a.collectives and a.name in _primary_names()]
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ConfigError("--algorithm is empty")
+    for name in names:
+        if name != "auto":
+            get_algorithm(name)
+    return names
+
+
+def _primary_names() -> list[str]:
+    """Registered names minus aliases (an alias shares its builder with an earlier name)."""
+    from .schedules import ALGORITHMS
+
+    seen, names = set(), []
+    for algo in ALGORITHMS.values():
+        if algo.build not in seen:
+            seen.add(algo.build)
+            names.append(algo.name)
+    return names
+
+
+def _ps_options(args) -> dict:
+    opts = {"servers": args.ps_servers, "placement": args.ps_placement}
+    if args.ps_shards:
+        try:
+            opts["shards"] = [float(x) for x in args.ps_shards.split(",")]
+        except ValueError:
+            raise ConfigError(f"--ps-shards expects comma-separated fractions, got "
+                              f"{args.ps_shards!r}") from None
+    if args.ps_overlap:
+        opts["phased"] = False
+    return opts
+
+
+def cmd_collective(args) -> int:
+    from .collective import RESULT_COLUMNS, run_collective
+    from .tuner import choose_algorithm
+
+    graph = _load(args)
+    sizes = [parse_size(s, what="--size") for s in args.size]
+    if args.slices < 1:
+        raise ConfigError(f"--slices must be >= 1, got {args.slices}")
+    algorithms = _algorithms(args.algorithm, args.collective)
+    rows = []
+    for size in sizes:
+        for name in algorithms:
+            chosen = name
+            if name == "auto":
+                chosen = choose_algorithm(graph, args.collective, size, gpus=args.gpus)
+                print(f"auto: chose {chosen} for {args.collective} of {format_size(size)}",
+                      file=sys.stderr)
+            opts = _ps_options(args) if chosen == "ps" else {}
+            result = run_collective(graph, args.collective, chosen, size, gpus=args.gpus,
+                                    slices=args.slices, reduce_compute=not args.free_reduce,
+                                    **opts)
+            row = dict(result.row)
+            if name == "auto":
+                row["algorithm"] = f"auto:{chosen}"
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+    _emit(frame, args.format)
+    return 0
+
+
+def _emit(frame: pd.DataFrame, fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps(frame.to_dict(orient="records"), indent=1))
+    elif fmt == "csv":
+        print(frame.to_csv(index=False), end="")
+    else:
+        print(format_table(frame))
+
+
+def format_table(frame: pd.DataFrame) -> str:
+    """Human table: sizes and times with units, bandwidths in GB/s, the bottleneck link."""
+    if frame.empty:
+        return "(no results)"
+    shown = pd.DataFrame({
+        "collective": frame["collective"], "algorithm": frame["algorithm"],
+        "gpus": frame["gpus"], "size": [format_size(s) for s in frame["size_bytes"]],
+        "time_us": [f"{t:.3f}" for t in frame["time_us"]],
+        "algbw_GBps": [f"{b:.3f}" for b in frame["algbw_GBps"]],
+        "busbw_GBps": [f"{b:.3f}" for b in frame["busbw_GBps"]],
+        "bottleneck": [f"{l} ({u:.0%})" for l, u in zip(frame["bottleneck_link"],
+                                                          frame["bottleneck_utilisation"])],
+    })
+    fastest = frame.groupby("size_bytes")["time_s"].transform("min")
+    if frame["algorithm"].nunique() > 1:
+        shown["vs_best"] = [f"{t / b:.2f}x" if b > 0 else "-" for t, b in
+                            zip(frame["time_s"], fastest)]
+    return shown.to_string(index=False)
+
+
+def cmd_topology(args) -> int:
+    from .topology import describe, list_topologies
+
+    if args.action == "list":
+        for name in list_topologies():
+            print(name)
+        return 0
+    if not args.name:
+        raise ConfigError("topology show needs a NAME_OR_FILE")
+    from .topology import load_topology
+
+    graph = load_topology(args.name, _params(args.param))
+    info = describe(graph)
+    print(f"topology {graph.graph.get('name', args.name)}")
+    for key, value in info.items():
+        if key == "links":
+            print("links:")
+            for link in value:
+                print(f"  {link['count']:>5} x {link['kind']:<9} "
+                      f"{format_bandwidth(link['bandwidth_bytes_per_s']):>12} "
+                      f"latency {link['latency_s'] * 1e6:g} us")
+        elif isinstance(value, dict):
+            print(f"{key}: " + ", ".join(f"{k}={v}" for k, v in value.items()))
+        else:
+            print(f"{key}: {value}")
+    return 0
+
+
+def cmd_algorithms(_args) -> int:
+    from .schedules import ALGORITHMS
+
+    for algo in ALGORITHMS.values():
+        opts = ", ".join(algo.options()) or "-"
+        print(f"{algo.name:<20} {','.join(algo.collectives):<55} options: {opts}")
+        print(f"{'':<20} {algo.summary}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="clustersim",
+                     description="Flow-level simulator of gradient aggregation in distributed "
+                                 "training: ring, trees, double binary tree, parameter servers.")
+    parser.add_argument("--version", action="version", version=f"clustersim {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    c = sub.add_parser("collective", help="simulate collectives and print nccl-tests style rows")
+    c.add_argument("--topology", required=True, help="preset name, builder name or YAML file")
+    c.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a topology builder parameter (repeatable)")
+    c.add_argument("--gpus", type=int, default=None,
+                   help="use the first N GPUs (hosts on star/fat_tree); default: all")
+    c.add_argument("--collective", default="allreduce",
+                   help="allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall")
+    c.add_argument("--algorithm", default="ring",
+                   help="a registered name, a comma-separated list, 'all' or 'auto'")
+    c.add_argument("--size", action="append", required=True,
+                   help="message size with unit, e.g. 64MiB (repeatable)")
+    c.add_argument("--slices", type=int, default=1,
+                   help="FIFO slices per transfer; 1 (default) = step-synchronous alpha-beta; "
+                        "K > 1 pipelines each step")
+    c.add_argument("--ps-servers", type=int, default=1, help="parameter servers (default 1)")
+    c.add_argument("--ps-placement", choices=["dedicated", "colocated"], default="dedicated",
+                   help="dedicated: the hosts after the N workers; colocated: on the workers")
+    c.add_argument("--ps-shards", default=None,
+                   help="comma-separated shard fractions per server (uneven, hot shards)")
+    c.add_argument("--ps-overlap", action="store_true",
+                   help="pull each shard as soon as it is aggregated (default: BSP phases)")
+    c.add_argument("--free-reduce", action="store_true",
+                   help="do not charge reduction compute on the receiving device")
+    c.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    c.set_defaults(func=cmd_collective)
+
+    t = sub.add_parser("topology", help="list or show topologies")
+    t.add_argument("action", choices=["list", "show"])
+    t.add_argument("name", nargs="?", help="preset name, builder name or YAML file")
+    t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    t.set_defaults(func=cmd_topology)
+
+    a = sub.add_parser("algorithms", help="list registered algorithms")
+    a.set_defaults(func=cmd_algorithms)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ClusterSimError as exc:
+        print(f"clustersim: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("clustersim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Run one collective on a topology and summarise it the way nccl-tests does.
+
+This is the layer the CLI, scenarios and notebooks call: it places ranks on the topology's
+endpoints, builds the schedule, runs it on the engine, and returns one result row.
+
+Result columns (one row per collective, algorithm, size):
+``collective, algorithm, gpus, size_bytes, slices, time_s, time_us, algbw_GBps, busbw_GBps,
+bottleneck_link, bottleneck_utilisation, ps_servers, ps_placement, topology, engine``.
+
+``algbw_GBps`` = size / time and ``busbw_GBps`` = algbw x the nccl-tests bus factor (all-reduce
+2(n-1)/n; reduce-scatter, all-gather, all-to-all (n-1)/n; broadcast, reduce 1), GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .engine.runner import Engine, ScheduleRun
+from .errors import ConfigError
+from .records import bottleneck, links_frame
+from .schedules import get_algorithm, make_schedule
+from .schedules.base import Schedule
+from .topology import endpoints, ps_endpoints
+
+RESULT_COLUMNS = ("collective", "algorithm", "gpus", "size_bytes", "slices", "time_s", "time_us",
+                  "algbw_GBps", "busbw_GBps", "bottleneck_link", "bottleneck_utilisation",
+                  "ps_servers", "ps_placement", "topology", "engine")
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """nccl-tests bus bandwidth factor (busbw = algbw x factor)."""
+    if ranks <= 1:
+        return 0.0 if collective != "broadcast" and collective != "reduce" else 1.0
+    if collective == "allreduce":
+        return 2.0 * (ranks - 1) / ranks
+    if collective in ("reduce_scatter", "allgather", "alltoall"):
+        return (ranks - 1) / ranks
+    return 1.0
+
+
+@dataclass
+class CollectiveRun:
+    """Everything one collective simulation produced."""
+
+    row: dict
+    run: ScheduleRun
+    engine: Engine
+    schedule: Schedule
+
+
+def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
+    """Endpoints per machine among the first ``gpus`` endpoints (for hierarchical algorithms)."""
+    eps = endpoints(graph)[:gpus]
+    first = graph.nodes[eps[0]].get("node_index", 0)
+    return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
+
+
+def placement(graph: nx.DiGraph, gpus: int, servers: int = 0, dedicated: bool = True) -> list[str]:
+    """Topology nodes for ``gpus`` worker ranks followed by ``servers`` dedicated PS ranks.
+
+    Dedicated servers are the topology's PS hosts when it has them (``gpu_cluster`` with
+    ``ps_hosts``), else the endpoints after the workers (``star``, ``fat_tree``).
+    """
+    eps = endpoints(graph)
+    if gpus > len(eps):
+        raise ConfigError(f"--gpus {gpus} is more than the {len(eps)} endpoints of topology "
+                          f"{graph.graph.get('name', '')!r}")
+    nodes = list(eps[:gpus])
+    if servers and dedicated:
+        extra = ps_endpoints(graph) or eps[gpus:]
+        if servers > len(extra):
+            raise ConfigError(
+                f"{servers} dedicated PS server(s) need {servers} free hosts, topology "
+                f"{graph.graph.get('name', '')!r} has {len(extra)} after the {gpus} workers "
+                f"(star/fat_tree: set hosts >= gpus + servers; gpu_cluster: set ps_hosts)")
+        nodes += list(extra[:servers])
+    return nodes
+
+
+def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int, *,
+                   gpus: int | None = None, slices: int = 1, reduce_compute: bool = True,
+                   record_rates: bool = False, engine: Engine | None = None,
+                   **options) -> CollectiveRun:
+    """Simulate one collective alone on ``graph`` and return its result row and records.
+
+    ``options`` go to the algorithm (e.g. ``servers``, ``placement``, ``shards``, ``phased``
+    for ``ps``; ``local_ranks``, ``inner``, ``outer`` for ``hierarchical``; ``root``).
+    """
+    n = len(endpoints(graph)) if gpus is None else int(gpus)
+    if n < 1:
+        raise ConfigError(f"--gpus must be >= 1, got {n}")
+    algo = get_algorithm(algorithm)
+    if "local_ranks" in algo.options() and options.get("local_ranks") is None:
+        options["local_ranks"] = local_ranks(graph, n)
+    servers = int(options.get("servers", 1)) if algorithm == "ps" else 0
+    dedicated = options.get("placement", "dedicated") == "dedicated"
+    schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
+    nodes = placement(graph, n, servers, dedicated)
+    engine = engine or Engine(graph, reduce_compute=reduce_compute, record_rates=record_rates)
+    run = engine.launch(schedule, nodes, label=f"{algorithm}:{collective}:{size_bytes}")
+    engine.run()
+    time_s = run.time_s
+    links = links_frame(engine, time_s)
+    link, util = bottleneck(links)
+    algbw = size_bytes / time_s / 1e9 if time_s > 0 else float("inf")
+    row = {
+        "collective": collective, "algorithm": algorithm, "gpus": n,
+        "size_bytes": int(size_bytes), "slices": slices, "time_s": time_s,
+        "time_us": time_s * 1e6, "algbw_GBps": algbw,
+        "busbw_GBps": algbw * bus_factor(collective, n),
+        "bottleneck_link": link, "bottleneck_utilisation": util,
+        "ps_servers": servers if algorithm == "ps" else 0,
+        "ps_placement": options.get("placement", "dedicated") if algorithm == "ps" else "",
+        "topology": graph.graph.get("name", ""), "engine": "event",
+    }
+    return CollectiveRun(row=row, run=run, engine=engine, schedule=schedule)

@@ -1,0 +1,269 @@
+"""Run schedules on a topology: the bridge between pure schedules and the flow network.
+
+A :class:`Engine` owns one SimPy environment, one :class:`~.network.FlowNetwork` built from a
+topology graph, and one FIFO compute queue per device. :meth:`Engine.launch` starts a schedule
+whose ranks are placed on topology nodes; several schedules (and compute work) may run at once
+and then share links, which is how contention between jobs or overlapping buckets arises.
+
+How a schedule executes (callbacks only, no SimPy process per flow):
+
+1. A transfer is *ready* when its data-flow predecessors are complete and its epoch is open.
+2. Transfers with the same ``(src, dst, channel)`` form a FIFO connection; only its head may be
+   on the wire, and the next one starts when the head has drained (its last byte left).
+3. A drained transfer is *delivered* after the path latency (paid once, not per hop).
+4. A delivered reducing transfer then queues its summation on the receiving device (FIFO, at the
+   device's ``reduce_bytes_per_s``); it is *complete* when that is done. Copies complete on
+   delivery.
+5. Completing a transfer releases its dependents. When none are left the schedule is done.
+
+If the event queue runs dry while transfers remain, the run stops with a
+:class:`~simulator.errors.SimulationError` naming the stuck ranks and chunks, instead of hanging.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from ..errors import SimulationError, TopologyError
+from ..schedules.base import Schedule
+from ..schedules.deps import dependencies, epochs
+from ..topology.routing import Router
+from .network import FlowNetwork
+
+
+@dataclass
+class ScheduleRun:
+    """The state and the per-transfer timestamps of one launched schedule."""
+
+    schedule: Schedule
+    placement: tuple[str, ...]
+    label: str
+    start_s: float
+    t_start: np.ndarray        # transfer went on the wire
+    t_drained: np.ndarray      # last byte left the sender
+    t_delivered: np.ndarray    # arrived (drained + path latency)
+    t_done: np.ndarray         # complete (after reduction compute)
+    path_of: list              # per connection index: Path
+    conn_of: np.ndarray        # connection index of each transfer
+    done_event: simpy.Event
+    end_s: float = math.nan
+    remaining: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def time_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+class Engine:
+    """A simulation: topology, flow network, device compute queues and a SimPy clock.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        A validated topology (see :mod:`simulator.topology.graph`).
+    reduce_compute : bool
+        Charge the receiver's summation of reducing transfers (default True). False makes
+        reductions free everywhere.
+    record_rates : bool
+        Keep per-link rate timelines (utilisation over time).
+    """
+
+    def __init__(self, graph: nx.DiGraph, *, reduce_compute: bool = True,
+                 record_rates: bool = False):
+        self.graph = graph
+        self.env = simpy.Environment()
+        self.network = FlowNetwork(self.env, record_rates=record_rates)
+        self.router = Router(graph)
+        self.reduce_compute = reduce_compute
+        self._device_free_at: dict[str, float] = {}
+        self.runs: list[ScheduleRun] = []
+        self.compute_log: list[tuple[str, str, float, float]] = []
+
+    # -- devices ------------------------------------------------------------------------------
+    def compute(self, device: str, duration_s: float, label: str, then) -> None:
+        """Queue ``duration_s`` of work on ``device`` (FIFO); call ``then()`` when it is done."""
+        now = self.env.now
+        if duration_s <= 0:
+            then()
+            return
+        start = max(now, self._device_free_at.get(device, 0.0))
+        end = start + duration_s
+        self._device_free_at[device] = end
+        self.compute_log.append((device, label, start, end))
+        ev = self.env.timeout(end - now)
+        ev.callbacks.append(lambda _e: then())
+
+    def reduce_rate(self, device: str) -> float:
+        if not self.reduce_compute:
+            return math.inf
+        return float(self.graph.nodes[device].get("reduce_bytes_per_s", math.inf))
+
+    # -- schedules ----------------------------------------------------------------------------
+    def launch(self, schedule: Schedule, placement, label: str = "") -> ScheduleRun:
+        """Start ``schedule`` now with rank ``r`` on topology node ``placement[r]``.
+
+        Returns the :class:`ScheduleRun`; its ``done_event`` succeeds when the schedule ends.
+        """
+        placement = tuple(placement)
+        if len(placement) < schedule.total_ranks:
+            raise TopologyError(f"schedule needs {schedule.total_ranks} ranks, "
+                                f"placement has {len(placement)}")
+        n = len(schedule)
+        indptr, indices = dependencies(schedule)
+        # Reverse edges: who waits for whom.
+        counts = np.diff(indptr)
+        order = np.argsort(indices, kind="stable")
+        dependents_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(indices, minlength=n), out=dependents_ptr[1:])
+        owners = np.repeat(np.arange(n), counts)[order]
+        epoch = epochs(schedule)
+        n_epochs = int(epoch[-1]) + 1 if n else 1
+        epoch_left = np.bincount(epoch, minlength=n_epochs).tolist() if n else [0]
+
+        # FIFO connections in list order.
+        conn_key: dict[tuple[int, int, int], int] = {}
+        conn_of = np.empty(n, dtype=np.int64)
+        queues: list[deque] = []
+        srcs, dsts, chans = schedule.src.tolist(), schedule.dst.tolist(), schedule.channel.tolist()
+        for i in range(n):
+            key = (srcs[i], dsts[i], chans[i])
+            c = conn_key.get(key)
+            if c is None:
+                c = conn_key[key] = len(queues)
+                queues.append(deque())
+            queues[c].append(i)
+            conn_of[i] = c
+        net = self.network
+        paths, conn_res = [], []
+        for (s, d, _ch) in conn_key:
+            path = self.router.path(placement[s], placement[d])
+            paths.append(path)
+            conn_res.append(tuple(net.resource(k, self.router.capacity(k))
+                                  for k in path.resources))
+
+        now = self.env.now
+        run = ScheduleRun(schedule=schedule, placement=placement, label=label, start_s=now,
+                          t_start=np.full(n, np.nan), t_drained=np.full(n, np.nan),
+                          t_delivered=np.full(n, np.nan), t_done=np.full(n, np.nan),
+                          path_of=paths, conn_of=conn_of, done_event=simpy.Event(self.env),
+                          remaining=n)
+        self.runs.append(run)
+        pending = counts.tolist()
+        busy = [False] * len(queues)
+        nbytes = schedule.transfer_bytes.tolist()
+        reduces = schedule.reduce.tolist()
+        epoch_l = epoch.tolist()
+        dep_ptr, dep_owner = dependents_ptr.tolist(), owners.tolist()
+        open_epoch = [0]
+        env = self.env
+        conn_of_l = conn_of.tolist()
+
+        def ready(i: int) -> bool:
+            return pending[i] == 0 and epoch_l[i] <= open_epoch[0]
+
+        def try_start(c: int) -> None:
+            q = queues[c]
+            if busy[c] or not q or not ready(q[0]):
+                return
+            i = q.popleft()
+            busy[c] = True
+            run.t_start[i] = env.now
+            net.start(conn_res[c], nbytes[i], lambda _f, i=i: drained(i))
+
+        def drained(i: int) -> None:
+            run.t_drained[i] = env.now
+            c = conn_of_l[i]
+            busy[c] = False
+            lat = paths[c].latency_s
+            if lat > 0:
+                ev = env.timeout(lat)
+                ev.callbacks.append(lambda _e, i=i: delivered(i))
+            else:
+                delivered(i)
+            try_start(c)
+
+        def delivered(i: int) -> None:
+            run.t_delivered[i] = env.now
+            if reduces[i]:
+                device = placement[schedule.dst[i]]
+                rate = self.reduce_rate(device)
+                if rate != math.inf:
+                    self.compute(device, nbytes[i] / rate, "reduce", lambda i=i: complete(i))
+                    return
+            complete(i)
+
+        def complete(i: int) -> None:
+            run.t_done[i] = env.now
+            run.remaining -= 1
+            for k in range(dep_ptr[i], dep_ptr[i + 1]):
+                j = dep_owner[k]
+                pending[j] -= 1
+                if pending[j] == 0:
+                    try_start(conn_of_l[j])
+            e = epoch_l[i]
+            epoch_left[e] -= 1
+            if e == open_epoch[0]:
+                advanced = False
+                while open_epoch[0] < n_epochs - 1 and epoch_left[open_epoch[0]] == 0:
+                    open_epoch[0] += 1
+                    advanced = True
+                if advanced:
+                    for c in range(len(queues)):
+                        try_start(c)
+            if run.remaining == 0:
+                run.end_s = env.now
+                run.done_event.succeed(run)
+
+        if n == 0:
+            run.end_s = now
+            run.done_event.succeed(run)
+        else:
+            for c in range(len(queues)):
+                try_start(c)
+        return run
+
+    def run(self, until_event=None) -> None:
+        """Advance the clock until every launched schedule is done (or ``until_event``)."""
+        env = self.env
+        try:
+            if until_event is not None:
+                env.run(until=until_event)
+            else:
+                env.run()
+        except RuntimeError as exc:  # simpy: "No scheduled events left but until event was not triggered"
+            if "No scheduled events left" not in str(exc):
+                raise
+        self._check_stuck()
+
+    def _check_stuck(self) -> None:
+        for run in self.runs:
+            if run.remaining:
+                sched = run.schedule
+                waiting = np.flatnonzero(np.isnan(run.t_done))
+                ranks = sorted(set(sched.src[waiting].tolist()))
+                chunks = sorted(set(sched.src_chunk[waiting].tolist()))
+                raise SimulationError(
+                    f"{sched.algorithm} {sched.collective} made no progress at t={self.env.now:.9g} s: "
+                    f"{run.remaining} of {len(sched)} transfers never ran; stuck ranks "
+                    f"{_abbrev(ranks)}, chunks {_abbrev(chunks)}")
+
+
+def _abbrev(values: list, limit: int = 10) -> str:
+    text = ", ".join(map(str, values[:limit]))
+    return f"[{text}{', ...' if len(values) > limit else ''}]"
+
+
+def simulate(schedule: Schedule, graph: nx.DiGraph, placement, *, reduce_compute: bool = True,
+             record_rates: bool = False) -> tuple[ScheduleRun, Engine]:
+    """Run one schedule alone on ``graph`` and return its run record and the engine."""
+    engine = Engine(graph, reduce_compute=reduce_compute, record_rates=record_rates)
+    run = engine.launch(schedule, placement, label=schedule.algorithm)
+    engine.run()
+    return run, engine

@@ -1,0 +1,53 @@
+"""Ring algorithms (Patarasuk and Yuan 2009; the NCCL ring).
+
+The message is cut into ``p`` chunks. Reduce-scatter: at step ``k`` rank ``r`` sends chunk
+``(r-k-1) mod p`` to ``r+1``, which adds it to its own copy; after ``p-1`` steps rank ``r`` holds
+the full sum of chunk ``r``. All-gather: at step ``k`` rank ``r`` forwards chunk ``(r-k) mod p``,
+overwriting; after ``p-1`` more steps everyone has everything. Every rank sends and receives
+``(p-1)/p`` of the message per phase, which is optimal; the price is ``p-1`` latency-bound steps
+per phase.
+
+Closed form, uncontended, step-synchronous, largest chunk ``c = ceil(n/p)``:
+``2(p-1)·(alpha + c·beta) + (p-1)·c·gamma`` for all-reduce.
+
+Broadcast and reduce run as a pipeline along the chain ``root, root+1, ...`` (the ring with one
+edge unused); they are only efficient when sliced (``--slices``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Schedule, split_bytes
+
+_PHASES = ("reduce-scatter", "all-gather")
+
+
+def _ring_steps(p: int, first_step: int, chunk_of_rank_at_step, reduce: bool, phase: int):
+    """Columns of ``p-1`` ring steps where rank r sends ``chunk_of_rank_at_step(r, k)``."""
+    r = np.tile(np.arange(p, dtype=np.int64), p - 1)
+    k = np.repeat(np.arange(p - 1, dtype=np.int64), p)
+    return dict(src=r, dst=(r + 1) % p, chunk=chunk_of_rank_at_step(r, k) % p,
+                step=k + first_step, reduce=np.full(r.shape, reduce),
+                phase=np.full(r.shape, phase, dtype=np.int16))
+
+
+def ring(collective: str, ranks: int, size_bytes: int) -> Schedule:
+    """Ring reduce-scatter, all-gather, or both (all-reduce)."""
+    p = ranks
+    parts = []
+    if collective in ("allreduce", "reduce_scatter"):
+        parts.append(_ring_steps(p, 0, lambda r, k: r - k - 1, True, 0))
+    if collective in ("allreduce", "allgather"):
+        first = p - 1 if collective == "allreduce" else 0
+        parts.append(_ring_steps(p, first, lambda r, k: r - k, False, 1))
+    cols = {key: np.concatenate([part[key] for part in parts]) if p > 1
+            else np.zeros(0, dtype=parts[0][key].dtype) for key in parts[0]}
+    n = len(cols["src"])
+    return Schedule(collective=collective, algorithm="ring", ranks=p,
+                    chunk_bytes=split_bytes(size_bytes, p), message_chunks=p,
+                    src=cols["src"], dst=cols["dst"], src_chunk=cols["chunk"],
+                    dst_chunk=cols["chunk"].copy(), nchunks=np.ones(n, dtype=np.int64),
+                    reduce=cols["reduce"], step=cols["step"], phase=cols["phase"],
+                    channel=np.zeros(n, dtype=np.int64), sync=np.zeros(n, dtype=bool),
+                    phase_names=_PHASES, block_of_chunk=np.arange(p, dtype=np.int64))

@@ -1,0 +1,1 @@
+"""Workloads: what a training job computes and communicates (models as layer tables)."""

@@ -1,0 +1,142 @@
+"""The flow engine against the closed forms of DESIGN.md section 3, plus invariants."""
+
+import math
+
+import pytest
+import simpy
+from hypothesis import given, settings, strategies as st
+
+from simulator.engine.network import FlowNetwork, max_min_rates
+
+
+def run_flows(capacities, flows, latencies=None):
+    """flows: list of (start_s, size_bytes, [resource names]); returns delivery times."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, record_rates=True)
+    idx = {name: net.resource(name, cap) for name, cap in capacities.items()}
+    latencies = latencies or {}
+    done = [None] * len(flows)
+
+    def launch(i, size, res):
+        lat = sum(latencies.get(r, 0.0) for r in res)
+
+        def drained(_f):
+            ev = env.timeout(lat)
+            ev.callbacks.append(lambda _e: done.__setitem__(i, env.now))
+        net.start(tuple(idx[r] for r in res), size, drained)
+
+    for i, (t0, size, res) in enumerate(flows):
+        ev = env.timeout(t0)
+        ev.callbacks.append(lambda _e, i=i, size=size, res=res: launch(i, size, res))
+    env.run()
+    return done, net
+
+
+def close(a, b, rel=1e-9):
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def test_one_flow_two_links_latency_paid_once():
+    done, _ = run_flows({"a": 10, "b": 5}, [(0, 100, ["a", "b"])], {"a": 1, "b": 2})
+    assert close(done[0], 23.0)
+
+
+def test_two_flows_share_one_link_equally():
+    done, _ = run_flows({"l": 10}, [(0, 100, ["l"]), (0, 100, ["l"])])
+    assert close(done[0], 20.0) and close(done[1], 20.0)
+
+
+def test_staggered_arrival():
+    done, _ = run_flows({"l": 10}, [(0, 100, ["l"]), (5, 100, ["l"])])
+    assert close(done[0], 15.0) and close(done[1], 20.0)
+
+
+def test_parking_lot():
+    done, _ = run_flows({"l0": 10, "l1": 10},
+                        [(0, 100, ["l0", "l1"]), (0, 50, ["l0"]), (0, 50, ["l1"])])
+    assert close(done[1], 10.0) and close(done[2], 10.0) and close(done[0], 15.0)
+
+
+def test_incast():
+    caps = {"sink": 100e3, **{f"s{i}": 400e3 for i in range(16)}}
+    done, _ = run_flows(caps, [(0, 1e6, [f"s{i}", "sink"]) for i in range(16)])
+    assert all(close(t, 160.0) for t in done)
+
+
+def test_independent_components():
+    done, net = run_flows({"a": 100, "b": 10}, [(0, 100, ["a"]), (0, 100, ["b"])])
+    assert close(done[0], 1.0) and close(done[1], 10.0)
+
+
+def test_fifo_connection_through_engine():
+    """3 x 10 B at 10 B/s, latency 1 s: delivered at 2, 3, 4 s (FIFO: next starts on drain)."""
+    import networkx as nx
+
+    from simulator.engine.runner import simulate
+    from simulator.schedules.base import ScheduleBuilder
+
+    g = nx.DiGraph(name="pair")
+    g.add_node("a", kind="host", node_index=0, local_index=0)
+    g.add_node("b", kind="host", node_index=1, local_index=0)
+    g.add_edge("a", "b", bandwidth_bytes_per_s=10.0, latency_s=1.0, kind="ethernet")
+    g.add_edge("b", "a", bandwidth_bytes_per_s=10.0, latency_s=1.0, kind="ethernet")
+    b = ScheduleBuilder("allgather", "test", 2, [10, 10, 10], block_of_chunk=[0, 0, 0])
+    for c in range(3):
+        b.send(0, 1, c, reduce=False, step=c, phase="p")
+    run, _ = simulate(b.build(), g, ["a", "b"])
+    assert [round(t, 12) for t in run.t_delivered] == [2.0, 3.0, 4.0]
+
+
+def test_rates_never_exceed_capacity_and_bytes_conserved():
+    caps = {"x": 7.0, "y": 3.0, "z": 11.0}
+    flows = [(0, 40, ["x", "y"]), (1, 25, ["y", "z"]), (0.5, 60, ["x", "z"]), (2, 5, ["z"])]
+    done, net = run_flows(caps, flows)
+    for i, key in enumerate(net.keys):
+        for _t, rate in net.rate_log[i]:
+            assert rate <= net.capacity[i] * (1 + 1e-12)
+    used = {"x": 100, "y": 65, "z": 90}
+    for i, key in enumerate(net.keys):
+        assert close(net.bytes_carried[i], used[key])
+
+
+flow_sets = st.lists(
+    st.tuples(st.floats(0, 5), st.integers(1, 1000),
+              st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=3,
+                       unique=True)),
+    min_size=1, max_size=8)
+
+
+@settings(max_examples=80, deadline=None)
+@given(flow_sets, st.tuples(st.floats(0, 5), st.integers(1, 1000),
+                            st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1,
+                                     max_size=3, unique=True)))
+def test_adding_a_flow_never_speeds_others_up(flows, extra):
+    caps = {"a": 10.0, "b": 20.0, "c": 5.0, "d": 40.0}
+    before, net = run_flows(caps, flows)
+    after, _ = run_flows(caps, flows + [extra])
+    for t0, t1 in zip(before, after):
+        assert t1 >= t0 * (1 - 1e-9)
+    # capacity never exceeded, at any recorded instant
+    for i in range(len(net.keys)):
+        assert all(r <= net.capacity[i] * (1 + 1e-12) for _t, r in net.rate_log[i])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True), min_size=1,
+                max_size=10),
+       st.lists(st.floats(0.5, 100), min_size=6, max_size=6))
+def test_max_min_fairness_condition(flow_res, caps):
+    """Every flow has a saturated resource on which it gets the largest rate (max-min)."""
+    capacity = dict(enumerate(caps))
+    rates = max_min_rates([tuple(r) for r in flow_res], capacity)
+    load = {r: 0.0 for r in capacity}
+    for res, rate in zip(flow_res, rates):
+        for r in res:
+            load[r] += rate
+    for r in capacity:
+        assert load[r] <= capacity[r] * (1 + 1e-9)
+    for i, res in enumerate(flow_res):
+        assert any(math.isclose(load[r], capacity[r], rel_tol=1e-9)
+                   and all(rates[j] <= rates[i] * (1 + 1e-9)
+                           for j, other in enumerate(flow_res) if r in other)
+                   for r in res)
