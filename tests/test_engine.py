@@ -99,26 +99,48 @@ def test_rates_never_exceed_capacity_and_bytes_conserved():
         assert close(net.bytes_carried[i], used[key])
 
 
-flow_sets = st.lists(
-    st.tuples(st.floats(0, 5), st.integers(1, 1000),
-              st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=3,
-                       unique=True)),
+def test_max_min_is_not_monotone_in_general():
+    """Why the "adding a flow never speeds others up" property is stated for one shared link.
+
+    Max-min fairness is not monotone on general networks: here a new flow on link c slows flow
+    f1 (which shares c), and f1's lower rate frees capacity on link a for f0, which speeds up.
+    """
+    done, _ = run_flows({"a": 10, "c": 5}, [(0, 1, ["a"]), (0, 1, ["a", "c"])])
+    more, _ = run_flows({"a": 10, "c": 5}, [(0, 1, ["a"]), (0, 1, ["a", "c"]), (0, 1, ["c"])])
+    assert more[0] < done[0] and more[1] > done[1]
+
+
+shared_link_flows = st.lists(
+    st.tuples(st.floats(0, 5), st.integers(1, 1000), st.sampled_from(["p0", "p1", "p2", "p3"])),
     min_size=1, max_size=8)
 
 
 @settings(max_examples=80, deadline=None)
-@given(flow_sets, st.tuples(st.floats(0, 5), st.integers(1, 1000),
-                            st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1,
-                                     max_size=3, unique=True)))
-def test_adding_a_flow_never_speeds_others_up(flows, extra):
-    caps = {"a": 10.0, "b": 20.0, "c": 5.0, "d": 40.0}
-    before, net = run_flows(caps, flows)
-    after, _ = run_flows(caps, flows + [extra])
+@given(shared_link_flows, st.tuples(st.floats(0, 5), st.integers(1, 1000),
+                                    st.sampled_from(["p0", "p1", "p2", "p3"])))
+def test_adding_a_flow_never_speeds_others_up_on_a_shared_link(flows, extra):
+    """Incast shape: every flow crosses one shared link plus a private link of its own speed."""
+    caps = {"shared": 10.0, "p0": 2.0, "p1": 5.0, "p2": 20.0, "p3": 7.0}
+    as_paths = [(t, b, [p, "shared"]) for t, b, p in flows]
+    before, net = run_flows(caps, as_paths)
+    after, _ = run_flows(caps, as_paths + [(extra[0], extra[1], [extra[2], "shared"])])
     for t0, t1 in zip(before, after):
         assert t1 >= t0 * (1 - 1e-9)
-    # capacity never exceeded, at any recorded instant
     for i in range(len(net.keys)):
         assert all(r <= net.capacity[i] * (1 + 1e-12) for _t, r in net.rate_log[i])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3, unique=True), min_size=1,
+                max_size=6),
+       st.lists(st.integers(0, 4), min_size=1, max_size=3, unique=True),
+       st.lists(st.sampled_from([1.0, 2.0, 3.0, 5.0, 8.0, 10.0]), min_size=5, max_size=5))
+def test_adding_a_flow_never_raises_the_smallest_rate(flow_res, extra, caps):
+    """The max-min objective itself is monotone: the worst-off flow never gains."""
+    capacity = dict(enumerate(caps))
+    before = max_min_rates([tuple(r) for r in flow_res], capacity)
+    after = max_min_rates([tuple(r) for r in flow_res] + [tuple(extra)], capacity)
+    assert min(after[: len(before)]) <= min(before) * (1 + 1e-9)
 
 
 @settings(max_examples=80, deadline=None)

@@ -6,8 +6,8 @@ on the same (rank, chunk):
 
 * read after write: sending a chunk waits for every earlier write into it since (and including)
   its last overwrite — all reductions into a chunk must land before it is forwarded;
-* write after read: writing into a chunk waits for earlier reads of it, so a send never picks up
-  data that arrived later in the list;
+* write after read: writing into a chunk waits for earlier reads of it since its last overwrite,
+  so a send never picks up data that arrived later in the list;
 * write after write: an overwrite waits for earlier writes; reductions into the same chunk
   commute with each other and only wait for the last overwrite.
 
@@ -25,47 +25,53 @@ from .base import Schedule
 def dependencies(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """Return the data-flow dependencies of every transfer as CSR arrays ``(indptr, indices)``.
 
-    The predecessors of transfer ``i`` are ``indices[indptr[i]:indptr[i+1]]``, all ``< i``,
-    without duplicates.
+    The predecessors of transfer ``i`` are ``indices[indptr[i]:indptr[i+1]]``: all ``< i``,
+    sorted, without duplicates.
     """
     n_chunks = len(schedule.chunk_bytes)
-    writers: dict[int, list[int]] = {}   # (rank, chunk) -> writes since the last overwrite
-    last_copy: dict[int, int] = {}      # (rank, chunk) -> last overwrite
+    writers: dict[int, list[int]] = {}  # (rank, chunk) -> writes since (and incl.) last overwrite
     readers: dict[int, list[int]] = {}  # (rank, chunk) -> reads since the last overwrite
-    indptr = np.zeros(len(schedule) + 1, dtype=np.int64)
+    copy_of: dict[int, int] = {}        # (rank, chunk) -> last overwrite
+    n = len(schedule)
+    counts = np.zeros(n, dtype=np.int64)
     out: list[int] = []
-    src, dst = schedule.src.tolist(), schedule.dst.tolist()
-    sc, dc = schedule.src_chunk.tolist(), schedule.dst_chunk.tolist()
+    extend = out.extend
+    read_keys = (schedule.src * n_chunks + schedule.src_chunk).tolist()
+    write_keys = (schedule.dst * n_chunks + schedule.dst_chunk).tolist()
     nc, red = schedule.nchunks.tolist(), schedule.reduce.tolist()
-    for i in range(len(src)):
+    empty: list[int] = []
+    for i in range(n):
         deps: set[int] = set()
-        base_s, base_d = src[i] * n_chunks + sc[i], dst[i] * n_chunks + dc[i]
-        for k in range(nc[i]):
-            key = base_s + k
-            w = writers.get(key)
-            if w:
-                deps.update(w)
-            readers.setdefault(key, []).append(i)
-        for k in range(nc[i]):
-            key = base_d + k
+        rk, wk, m, is_reduce = read_keys[i], write_keys[i], nc[i], red[i]
+        for key in range(rk, rk + m):
+            deps.update(writers.get(key, empty))
             r = readers.get(key)
-            if r:
-                deps.update(r)
-            if red[i]:
-                c = last_copy.get(key)
+            if r is None:
+                readers[key] = [i]
+            else:
+                r.append(i)
+        for key in range(wk, wk + m):
+            deps.update(readers.get(key, empty))
+            if is_reduce:
+                c = copy_of.get(key)
                 if c is not None:
                     deps.add(c)
-                writers.setdefault(key, []).append(i)
-            else:
                 w = writers.get(key)
-                if w:
-                    deps.update(w)
+                if w is None:
+                    writers[key] = [i]
+                else:
+                    w.append(i)
+            else:
+                deps.update(writers.get(key, empty))
                 writers[key] = [i]
-                last_copy[key] = i
+                copy_of[key] = i
                 readers[key] = []
         deps.discard(i)
-        out.extend(sorted(deps))
-        indptr[i + 1] = len(out)
+        counts[i] = len(deps)
+        if deps:
+            extend(sorted(deps))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
     return indptr, np.asarray(out, dtype=np.int64)
 
 

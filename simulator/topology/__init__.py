@@ -1,0 +1,25 @@
+"""Topologies: devices and directed links as a networkx graph, builders, presets, and routing.
+
+The graph schema (attributes and units) is documented in :mod:`simulator.topology.graph`;
+builders in :mod:`~simulator.topology.builders`; YAML presets of real machines in
+:mod:`~simulator.topology.presets` (files in the ``topologies`` package); GPU and CPU presets in
+:mod:`~simulator.topology.devices`; deterministic shortest-path routing with ECMP in
+:mod:`~simulator.topology.routing`. Nothing here knows about time or SimPy.
+"""
+
+from simulator.topology.builders import (
+    BUILDERS, build, fat_tree, gpu_cluster, parameter_names, star,
+)
+from simulator.topology.devices import DEVICES, Device, get_device
+from simulator.topology.graph import (
+    EDGE_KINDS, NODE_KINDS, describe, endpoints, ps_endpoints, validate,
+)
+from simulator.topology.presets import list_topologies, load_topology, preset_names, read_preset
+from simulator.topology.routing import Path, Router
+
+__all__ = [
+    "BUILDERS", "DEVICES", "Device", "EDGE_KINDS", "NODE_KINDS", "Path", "Router", "build",
+    "describe", "endpoints", "fat_tree", "get_device", "gpu_cluster", "list_topologies",
+    "load_topology", "parameter_names", "preset_names", "ps_endpoints", "read_preset", "star",
+    "validate",
+]

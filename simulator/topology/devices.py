@@ -1,0 +1,152 @@
+"""Device presets: peak rates and memory of real GPUs and host CPUs, with their datasheets.
+
+A topology node that stands for a device (a GPU, a host CPU, a parameter-server host) names one
+of these presets in its ``device`` attribute and copies the numbers the engine needs. Every value
+is SI: FLOP/s, bytes/s, bytes, watts.
+
+Conventions, so that rows compare:
+
+* ``fp32_flops_per_s`` is the vendor's peak FP32 rate (boost clock for GPUs, base clock x FMA
+  width for CPUs).
+* ``fp16_flops_per_s`` is the peak *dense* FP16 rate usable for mixed-precision training: tensor
+  cores with FP32 accumulation, no structured sparsity. GeForce parts run FP32 accumulation at
+  half their FP16-accumulate rate, so their half-rate figure is used. Parts without FP16
+  arithmetic (Kepler, CPUs) repeat the FP32 rate.
+* ``memory_bytes`` is binary: a "16 GB" HBM2 or GDDR card holds 16 GiB.
+* A Tesla K80 *board* carries two GK210 dies that CUDA shows as two devices; ``k80-gk210`` is one
+  die (half of every board figure).
+
+The rate at which a device can sum an incoming message into a buffer is bounded by memory
+bandwidth: an elementwise ``a += b`` reads two operands and writes one result, three bytes of
+memory traffic per byte of message, hence :attr:`Device.reduce_bytes_per_s` = memory bandwidth / 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import unknown_name
+
+__all__ = ["DEVICES", "Device", "get_device"]
+
+_GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU or CPU model.
+
+    Attributes
+    ----------
+    name : str
+        Registry key, e.g. ``"a100-sxm4-40gb"``.
+    kind : str
+        ``"gpu"`` or ``"cpu"``.
+    fp32_flops_per_s, fp16_flops_per_s : float
+        Peak FP32 and dense mixed-precision FP16 rates (see the module notes), FLOP/s.
+    memory_bandwidth_bytes_per_s : float
+        Peak device-memory bandwidth, bytes/s (decimal, as datasheets quote it).
+    memory_bytes : int
+        Device memory, bytes (binary GiB, see the module notes).
+    tdp_watts : float
+        Thermal design power, W.
+    source : str
+        Where the numbers come from.
+    """
+
+    name: str
+    kind: str
+    fp32_flops_per_s: float
+    fp16_flops_per_s: float
+    memory_bandwidth_bytes_per_s: float
+    memory_bytes: int
+    tdp_watts: float
+    source: str
+
+    @property
+    def reduce_bytes_per_s(self) -> float:
+        """Message bytes per second the device can sum into a buffer: memory bandwidth / 3.
+
+        An elementwise sum reads two operands and writes one result, so each message byte costs
+        three bytes of memory traffic. This is the memory-bound rate; compute is never the limit
+        for a sum.
+        """
+        return self.memory_bandwidth_bytes_per_s / 3
+
+
+def _rows():
+    yield Device(
+        "k80-gk210", "gpu", 4.368e12, 4.368e12, 240e9, 12 * _GiB, 150.0,
+        "NVIDIA Tesla K80 datasheet (2014): per board two GK210 dies, 4992 CUDA cores, 8.73 "
+        "TFLOPS FP32 at 875 MHz boost, 480 GB/s GDDR5, 24 GB, 300 W. One die is half: 2496 "
+        "cores x 2 x 875 MHz = 4.37 TFLOPS, 240 GB/s, 12 GiB, 150 W. Kepler has no FP16 "
+        "arithmetic, so the FP16 rate repeats FP32.")
+    yield Device(
+        "p100-sxm2-16gb", "gpu", 10.6e12, 21.2e12, 732e9, 16 * _GiB, 300.0,
+        "NVIDIA Tesla P100 datasheet (NVLink/SXM2 version): 10.6 TFLOPS FP32, 21.2 TFLOPS FP16, "
+        "732 GB/s HBM2, 16 GB, 300 W.")
+    yield Device(
+        "v100-sxm2-16gb", "gpu", 15.7e12, 125e12, 900e9, 16 * _GiB, 300.0,
+        "NVIDIA Tesla V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 TFLOPS tensor, 900 GB/s "
+        "HBM2, 16 GB, 300 W.")
+    yield Device(
+        "v100-sxm2-32gb", "gpu", 15.7e12, 125e12, 900e9, 32 * _GiB, 300.0,
+        "NVIDIA Tesla V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 TFLOPS tensor, 900 GB/s "
+        "HBM2, 32 GB, 300 W.")
+    yield Device(
+        "a100-sxm4-40gb", "gpu", 19.5e12, 312e12, 1555e9, 40 * _GiB, 400.0,
+        "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB): 19.5 TFLOPS FP32, 312 TFLOPS FP16 "
+        "tensor (dense; 624 with sparsity), 1,555 GB/s HBM2, 400 W.")
+    yield Device(
+        "a100-sxm4-80gb", "gpu", 19.5e12, 312e12, 2039e9, 80 * _GiB, 400.0,
+        "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): 19.5 TFLOPS FP32, 312 TFLOPS FP16 "
+        "tensor (dense), 2,039 GB/s HBM2e, 400 W.")
+    yield Device(
+        "h100-sxm5-80gb", "gpu", 67e12, 989.5e12, 3.35e12, 80 * _GiB, 700.0,
+        "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 67 TFLOPS FP32, 1,979 TFLOPS FP16 tensor "
+        "with sparsity (989.5 dense), 3.35 TB/s HBM3, 80 GB, up to 700 W.")
+    yield Device(
+        "rtx-2080ti", "gpu", 13.45e12, 53.8e12, 616e9, 11 * _GiB, 250.0,
+        "NVIDIA Turing GPU Architecture whitepaper (2018), GeForce RTX 2080 Ti reference: 4352 "
+        "cores at 1545 MHz boost = 13.4 TFLOPS FP32, 107.6 TFLOPS FP16 tensor with FP16 "
+        "accumulate / 53.8 with FP32 accumulate, 616 GB/s GDDR6, 11 GB, 250 W (Founders Edition "
+        "260 W).")
+    yield Device(
+        "rtx-3090", "gpu", 35.6e12, 71e12, 936e9, 24 * _GiB, 350.0,
+        "NVIDIA Ampere GA102 GPU Architecture whitepaper: GeForce RTX 3090, 35.6 TFLOPS FP32, "
+        "142 TFLOPS FP16 tensor with FP16 accumulate / 71 with FP32 accumulate (dense), 936 GB/s "
+        "GDDR6X, 24 GB, 350 W.")
+    yield Device(
+        "rtx-4090", "gpu", 82.6e12, 165.2e12, 1008e9, 24 * _GiB, 450.0,
+        "NVIDIA Ada GPU Architecture whitepaper: GeForce RTX 4090, 82.6 TFLOPS FP32, 330.3 "
+        "TFLOPS FP16 tensor with FP16 accumulate / 165.2 with FP32 accumulate (dense), "
+        "1,008 GB/s GDDR6X, 24 GB, 450 W.")
+    yield Device(
+        "cpu-host", "cpu", 2.816e12, 2.816e12, 153.6e9, 512 * _GiB, 270.0,
+        "Generic server host = 2x Intel Xeon E5-2698 v4 (the NVIDIA DGX-1 CPUs), Intel ARK: 20 "
+        "cores at 2.2 GHz base, AVX2 with two FMA units (32 FP32 FLOP/cycle/core) = 1.41 TFLOPS "
+        "per socket; 4 channels DDR4-2400 = 76.8 GB/s per socket; 135 W per socket. 512 GB as in "
+        "the NVIDIA DGX-1 datasheet.")
+    yield Device(
+        "cpu-epyc-7742-2s", "cpu", 9.216e12, 9.216e12, 409.6e9, 1024 * _GiB, 450.0,
+        "2x AMD EPYC 7742 (the NVIDIA DGX A100 CPUs), AMD product page: 64 cores at 2.25 GHz base, "
+        "two 256-bit FMA units (32 FP32 FLOP/cycle/core) = 4.6 TFLOPS per socket; 8 channels "
+        "DDR4-3200 = 204.8 GB/s per socket; 225 W per socket. 1 TB as in the NVIDIA DGX A100 "
+        "datasheet.")
+
+    yield Device(
+        "cpu-xeon-8480c-2s", "cpu", 14.336e12, 14.336e12, 614.4e9, 2048 * _GiB, 700.0,
+        "2x Intel Xeon Platinum 8480C (the NVIDIA DGX H100 CPUs), NVIDIA DGX H100 datasheet: 56 "
+        "cores per socket at 2.0 GHz base, 2 TB memory; AVX-512 with two FMA units (64 FP32 "
+        "FLOP/cycle/core) = 7.17 TFLOPS per socket (AMX BF16 not counted); 8 channels DDR5-4800 "
+        "= 307.2 GB/s per socket; 350 W per socket.")
+
+
+DEVICES: dict[str, Device] = {device.name: device for device in _rows()}
+
+
+def get_device(name: str) -> Device:
+    """Return the preset called ``name``; an unknown name raises ConfigError listing them all."""
+    if not isinstance(name, str) or name not in DEVICES:
+        raise unknown_name("device", name, DEVICES)
+    return DEVICES[name]
