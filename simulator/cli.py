@@ -147,6 +147,25 @@ def format_table(frame: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
+def cmd_run(args) -> int:
+    from pathlib import Path
+
+    from .report.output import write_csv, write_resolved
+    from .report.plots import PLOTS
+    from .scenario import load_scenario, run_scenario
+
+    scenario = load_scenario(args.scenario)
+    out = Path(args.output or Path("out") / scenario.name)
+    frame = run_scenario(scenario)
+    print(format_table(frame))
+    written = [write_csv(out / "results.csv", frame),
+               write_resolved(out / "scenario.resolved.yaml", scenario.resolved, scenario.seed)]
+    for plot in scenario.plots or ("busbw_vs_size",):
+        written += PLOTS[plot](frame, out / plot)
+    print(f"wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
 def cmd_topology(args) -> int:
     from .topology import describe, list_topologies
 
@@ -166,8 +185,11 @@ def cmd_topology(args) -> int:
             print("links:")
             for link in value:
                 print(f"  {link['count']:>5} x {link['kind']:<9} "
-                      f"{format_bandwidth(link['bandwidth_bytes_per_s']):>12} "
-                      f"latency {link['latency_s'] * 1e6:g} us")
+                      f"{format_bandwidth(link['bandwidth_bytes_per_s']):>12} per direction")
+        elif key == "throughput_caps":
+            caps = ", ".join(f"{c['count']} x {c['kind']} "
+                             f"{format_bandwidth(c['throughput_bytes_per_s'])}" for c in value)
+            print(f"throughput caps: {caps or 'none'}")
         elif isinstance(value, dict):
             print(f"{key}: " + ", ".join(f"{k}={v}" for k, v in value.items()))
         else:
@@ -218,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not charge reduction compute on the receiving device")
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.set_defaults(func=cmd_collective)
+
+    r = sub.add_parser("run", help="run a scenario YAML: table, results.csv, plots")
+    r.add_argument("scenario", help="scenario YAML file (see scenarios/)")
+    r.add_argument("-o", "--output", default=None,
+                   help="output folder (default: out/<scenario name>)")
+    r.set_defaults(func=cmd_run)
 
     t = sub.add_parser("topology", help="list or show topologies")
     t.add_argument("action", choices=["list", "show"])

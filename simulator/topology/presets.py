@@ -26,6 +26,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
+from simulator.config import read_yaml
 from simulator.errors import ClusterSimError, ConfigError, unknown_name
 from simulator.topology.builders import BUILDERS, build, parameter_names
 
@@ -63,35 +64,10 @@ def list_topologies() -> list[str]:
     return sorted(BUILDERS) + preset_names()
 
 
-def _key_lines(text: str, origin: str) -> dict:
-    """Map ``("key",)`` and ``("params", "key")`` to their 1-based lines; reject duplicates."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    lines: dict = {}
-
-    def walk(node, prefix):
-        if not isinstance(node, yaml.MappingNode):
-            return
-        for key_node, value_node in node.value:
-            path = prefix + (key_node.value,)
-            line = key_node.start_mark.line + 1
-            if path in lines:
-                raise ConfigError(f"{origin}:{line}: duplicate key {'.'.join(path)!r} "
-                                  f"(first on line {lines[path]})")
-            lines[path] = line
-            if path == ("params",):
-                walk(value_node, path)
-
-    walk(root, ())
-    return lines
-
-
 def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
     """Parse and check preset YAML ``text``; ``origin`` (a file name) goes into every error."""
-    try:
-        lines = _key_lines(text, origin)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{origin}: invalid YAML: {exc}") from None
+    data, located = read_yaml(text, origin)
+    lines = located.lines
 
     def where(*path) -> str:
         line = lines.get(path)

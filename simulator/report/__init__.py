@@ -1,0 +1,1 @@
+"""Reports: tables, output folders and plots made from result DataFrames (never from text)."""

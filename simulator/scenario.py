@@ -1,0 +1,219 @@
+"""Scenarios: what to simulate, as a thin YAML file validated strictly before anything runs.
+
+A scenario names a topology (a preset, a builder or a file, with parameter overrides), a
+workload, what to sweep, a seed, and what to report. Version 1 knows the collective sweep::
+
+    name: quickstart
+    description: ...
+    seed: 0
+    topology:
+      name: dgx-a100          # preset, builder, or path (relative to the scenario file)
+      params: {nodes: 2}      # builder parameter overrides
+    collective:
+      collective: allreduce
+      algorithms: [ring, double_binary_tree, ps]
+      sizes: [64KiB, 1MiB, 64MiB, 1GiB]
+      gpus: [8, 16]           # default: every endpoint
+      slices: 1
+      ps: {servers: 1, placement: dedicated, shards: null, overlap: false}
+    report:
+      plots: [busbw_vs_size]  # see simulator.report.plots.PLOTS
+
+Every key is checked: unknown keys are rejected with the valid ones, values are parsed with
+their units, and errors name the file, the line and the key path. :func:`load_scenario` returns
+a frozen :class:`Scenario`; :func:`run_scenario` runs it and returns the results table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .config import Where, as_list, check_keys, read_yaml
+from .errors import ClusterSimError, ConfigError
+from .schedules import COLLECTIVES, get_algorithm
+from .units import parse_size
+
+TOP_KEYS = ("name", "description", "seed", "topology", "collective", "report")
+TOPOLOGY_KEYS = ("name", "params")
+COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", "free_reduce")
+PS_KEYS = ("servers", "placement", "shards", "overlap")
+REPORT_KEYS = ("plots",)
+
+
+@dataclass(frozen=True)
+class PsOptions:
+    servers: int = 1
+    placement: str = "dedicated"
+    shards: tuple | None = None
+    overlap: bool = False
+
+    def as_options(self) -> dict:
+        opts = {"servers": self.servers, "placement": self.placement,
+                "phased": not self.overlap}
+        if self.shards is not None:
+            opts["shards"] = list(self.shards)
+        return opts
+
+
+@dataclass(frozen=True)
+class CollectiveSweep:
+    collective: str
+    algorithms: tuple[str, ...]
+    sizes_bytes: tuple[int, ...]
+    gpus: tuple[int | None, ...] = (None,)
+    slices: int = 1
+    ps: PsOptions = PsOptions()
+    free_reduce: bool = False
+
+    def points(self):
+        """The cartesian product (gpus, size, algorithm), in a fixed order."""
+        return itertools.product(self.gpus, self.sizes_bytes, self.algorithms)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    topology: str
+    topology_params: dict
+    collective: CollectiveSweep
+    description: str = ""
+    seed: int = 0
+    plots: tuple[str, ...] = ()
+    origin: str = ""
+    resolved: dict = field(default_factory=dict, compare=False)
+
+
+def _int(value, where: Where, path, minimum=None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise where.error(path, f"expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise where.error(path, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(value, where: Where, path) -> bool:
+    if not isinstance(value, bool):
+        raise where.error(path, f"expected true or false, got {value!r}")
+    return value
+
+
+def _choice(value, where: Where, path, choices) -> str:
+    if value not in choices:
+        raise where.error(path, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _quantity(parse, value, where: Where, path):
+    try:
+        return parse(value)
+    except ClusterSimError as exc:
+        raise where.error(path, str(exc)) from None
+
+
+def _ps(data, where: Where) -> PsOptions:
+    path = ("collective", "ps")
+    check_keys(data, where, path, PS_KEYS)
+    shards = data.get("shards")
+    if shards is not None:
+        if not isinstance(shards, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in shards):
+            raise where.error(path + ("shards",), f"expected a list of fractions, got {shards!r}")
+        shards = tuple(float(x) for x in shards)
+    return PsOptions(
+        servers=_int(data.get("servers", 1), where, path + ("servers",), 1),
+        placement=_choice(data.get("placement", "dedicated"), where, path + ("placement",),
+                          ("dedicated", "colocated")),
+        shards=shards, overlap=_bool(data.get("overlap", False), where, path + ("overlap",)))
+
+
+def _collective(data, where: Where) -> CollectiveSweep:
+    path = ("collective",)
+    check_keys(data, where, path, COLLECTIVE_KEYS, required=("sizes",))
+    collective = _choice(data.get("collective", "allreduce"), where, path + ("collective",),
+                         COLLECTIVES)
+    algorithms = as_list(data.get("algorithms", ["ring"]))
+    for i, name in enumerate(algorithms):
+        try:
+            algo = get_algorithm(str(name))
+        except ClusterSimError as exc:
+            raise where.error(path + ("algorithms", i), str(exc)) from None
+        if collective not in algo.collectives:
+            raise where.error(path + ("algorithms", i),
+                              f"{name} does not implement {collective}; it implements "
+                              f"{', '.join(algo.collectives)}")
+    sizes = tuple(_quantity(lambda v: parse_size(v, what="size"), v, where,
+                            path + ("sizes", i)) for i, v in enumerate(as_list(data["sizes"])))
+    gpus = tuple(_int(v, where, path + ("gpus", i), 1)
+                 for i, v in enumerate(as_list(data["gpus"]))) if "gpus" in data else (None,)
+    return CollectiveSweep(
+        collective=collective, algorithms=tuple(str(a) for a in algorithms), sizes_bytes=sizes,
+        gpus=gpus, slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
+        ps=_ps(data.get("ps", {}), where),
+        free_reduce=_bool(data.get("free_reduce", False), where, path + ("free_reduce",)))
+
+
+def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = None) -> Scenario:
+    """Parse and validate scenario YAML ``text`` (``origin`` names it in errors)."""
+    from .report.plots import PLOTS
+
+    data, where = read_yaml(text, origin)
+    check_keys(data, where, (), TOP_KEYS, required=("topology", "collective"))
+    topo = data["topology"]
+    if isinstance(topo, str):
+        topo = {"name": topo}
+    check_keys(topo, where, ("topology",), TOPOLOGY_KEYS, required=("name",))
+    params = topo.get("params") or {}
+    if not isinstance(params, dict):
+        raise where.error(("topology", "params"), "expected a mapping of builder parameters")
+    topo_name = str(topo["name"])
+    if base_dir is not None and topo_name.endswith((".yaml", ".yml")):
+        candidate = base_dir / topo_name
+        if candidate.exists():
+            topo_name = str(candidate)
+    report = data.get("report") or {}
+    check_keys(report, where, ("report",), REPORT_KEYS)
+    plots = as_list(report.get("plots", []))
+    for i, plot in enumerate(plots):
+        _choice(plot, where, ("report", "plots", i), tuple(PLOTS))
+    seed = _int(data.get("seed", 0), where, ("seed",), 0)
+    name = data.get("name", Path(origin).stem)
+    if not isinstance(name, str):
+        raise where.error(("name",), f"expected a string, got {name!r}")
+    return Scenario(name=name, description=str(data.get("description", "")),
+                    topology=topo_name, topology_params=dict(params),
+                    collective=_collective(data["collective"], where), seed=seed,
+                    plots=tuple(plots), origin=origin, resolved=data)
+
+
+def load_scenario(path: str) -> Scenario:
+    """Read and validate the scenario file at ``path``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"scenario file {path!r} not found")
+    return read_scenario(file.read_text(encoding="utf-8"), str(file), file.parent)
+
+
+def run_scenario(scenario: Scenario, progress=None) -> pd.DataFrame:
+    """Run every point of the scenario's sweep; return the results table (RESULT_COLUMNS)."""
+    from .collective import RESULT_COLUMNS, run_collective
+    from .topology import load_topology
+
+    graph = load_topology(scenario.topology, scenario.topology_params)
+    sweep = scenario.collective
+    rows = []
+    for gpus, size, algorithm in sweep.points():
+        opts = sweep.ps.as_options() if algorithm == "ps" else {}
+        result = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
+                                slices=sweep.slices, reduce_compute=not sweep.free_reduce,
+                                **opts)
+        rows.append(result.row)
+        if progress:
+            progress(result.row)
+    frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+    frame.insert(0, "scenario", scenario.name)
+    frame["seed"] = scenario.seed
+    return frame

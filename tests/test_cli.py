@@ -1,0 +1,88 @@
+"""The command-line contract: output columns, closed-form agreement, one-line errors."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from simulator.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_rows_match_ring_closed_form(capsys):
+    code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=64",
+                           "--param", "link_bandwidth=12.5GB/s", "--param", "link_latency=1us",
+                           "--collective", "allreduce", "--algorithm", "ring", "--size",
+                           "256MiB", "--size", "1KiB", "--slices", "1", "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["size_bytes"] for r in rows] == [256 << 20, 1024]
+    for r in rows:
+        for key in ("collective", "algorithm", "gpus", "size_bytes", "time_s", "algbw_GBps",
+                    "busbw_GBps", "bottleneck_link"):
+            assert key in r
+        c = math.ceil(r["size_bytes"] / 64)
+        assert math.isclose(r["time_s"], 2 * 63 * (2e-6 + c / 12.5e9), rel_tol=1e-6)
+        algbw = r["size_bytes"] / r["time_s"] / 1e9
+        assert math.isclose(r["algbw_GBps"], algbw, rel_tol=1e-12)
+        assert math.isclose(r["busbw_GBps"], algbw * 2 * 63 / 64, rel_tol=1e-12)
+
+
+def test_gpus_selects_first_n(capsys):
+    code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=16",
+                           "--gpus", "4", "--size", "1MiB", "--format", "csv")
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("collective,algorithm,gpus,size_bytes")
+    assert lines[1].split(",")[2] == "4"
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--size", "1XB"], "'1XB'"),
+    (["--size", "1MiB", "--param", "bogus=3"], "bogus"),
+    (["--size", "1MiB", "--param", "hosts"], "KEY=VALUE"),
+    (["--size", "1MiB", "--param", "link_bandwidth=fast"], "link_bandwidth"),
+    (["--size", "1MiB", "--algorithm", "nope"], "valid:"),
+    (["--size", "1MiB", "--collective", "scan"], "valid:"),
+    (["--size", "1MiB", "--gpus", "99"], "99"),
+    (["--size", "1MiB", "--slices", "0"], "slices"),
+])
+def test_user_mistakes_exit_2_with_one_line(capsys, argv, fragment):
+    code, out, err = run_cli(capsys, "collective", "--topology", "star", *argv)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
+
+
+def test_unknown_topology_lists_presets(capsys):
+    code, _, err = run_cli(capsys, "collective", "--topology", "nope", "--size", "1MiB")
+    assert code == 2 and "dgx-a100" in err and "tianhe-k80" in err
+
+
+def test_argparse_errors_are_one_line_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "simulator", "collective", "--size", "1MiB"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--topology" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["star", "fat_tree", "gpu_cluster", "dgx-a100", "hgx-h100",
+                                  "dgx1-v100", "pcie-4x-consumer", "tianhe-k80"])
+def test_topology_show(capsys, name):
+    code, out, _ = run_cli(capsys, "topology", "show", name)
+    assert code == 0 and "endpoints:" in out and "per direction" in out
+
+
+def test_dgx_a100_ring_busbw_near_nvswitch_bandwidth(capsys):
+    """8 GPUs, 1 GiB: pipelined ring busbw within 1 % of the 300 GB/s per-GPU NVSwitch rate."""
+    code, out, _ = run_cli(capsys, "collective", "--topology", "dgx-a100", "--gpus", "8",
+                           "--size", "1GiB", "--slices", "8", "--format", "json")
+    row = json.loads(out)[0]
+    assert 297 < row["busbw_GBps"] <= 300.0

@@ -1,0 +1,81 @@
+"""Scenario files: strict validation with file:line messages, and runs that write outputs."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+from simulator.errors import ConfigError
+from simulator.scenario import read_scenario, run_scenario
+
+GOOD = """\
+name: tiny
+seed: 3
+topology:
+  name: star
+  params: {hosts: 9, link_bandwidth: 10GB/s}
+collective:
+  collective: allreduce
+  algorithms: [ring, ps]
+  sizes: [1MiB, 8MiB]
+  gpus: [4, 8]
+"""
+
+
+def test_good_scenario_runs_and_answers_change_with_inputs():
+    scenario = read_scenario(GOOD, "tiny.yaml")
+    frame = run_scenario(scenario)
+    assert len(frame) == 2 * 2 * 2
+    assert set(frame["algorithm"]) == {"ring", "ps"}
+    faster = read_scenario(GOOD.replace("10GB/s", "20GB/s"), "tiny.yaml")
+    frame2 = run_scenario(faster)
+    assert (frame2["time_s"] < frame["time_s"]).all()
+
+
+@pytest.mark.parametrize("mutation, fragment", [
+    (("  sizes: [1MiB, 8MiB]", "  sizes: [1MiB, 8XB]"), "tiny.yaml:9: collective.sizes.1"),
+    (("  gpus: [4, 8]", "  gpu: [4, 8]"), "tiny.yaml:10: collective.gpu: unknown key 'gpu'"),
+    (("seed: 3", "seed: -1"), "tiny.yaml:2: seed: must be >= 0"),
+    (("  algorithms: [ring, ps]", "  algorithms: [ring, bogus]"), "collective.algorithms.1"),
+    (("  name: star", "  name: nowhere"), "nowhere"),
+    (("collective:\n  collective: allreduce", "collective:\n  collective: scan"),
+     "collective.collective: expected one of"),
+    (("name: tiny", "name: tiny\nname: again"), "duplicate key 'name'"),
+    (("seed: 3", "seed: [3"), "invalid YAML"),
+])
+def test_bad_scenarios_name_file_line_and_key(mutation, fragment):
+    text = GOOD.replace(*mutation)
+    assert text != GOOD
+    with pytest.raises(ConfigError) as err:
+        scenario = read_scenario(text, "tiny.yaml")
+        run_scenario(scenario)
+    assert fragment in str(err.value)
+
+
+def test_run_command_writes_outputs(tmp_path, capsys):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(GOOD)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "-o", str(out)]) == 0
+    frame = pd.read_csv(out / "results.csv")
+    assert len(frame) == 8 and (frame["seed"] == 3).all()
+    assert (out / "busbw_vs_size.png").stat().st_size > 1000
+    assert "clustersim_version" in (out / "scenario.resolved.yaml").read_text()
+    assert "ring" in capsys.readouterr().out
+
+
+def test_bad_scenario_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("8MiB", "8 parsecs"))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "-o", str(out)]) == 2
+    assert not out.exists()
+    assert "bad.yaml:9" in capsys.readouterr().err
+
+
+def test_packaged_scenarios_validate():
+    from simulator.scenario import load_scenario
+
+    for path in sorted(Path(__file__).parent.parent.joinpath("scenarios").glob("*.yaml")):
+        load_scenario(str(path))
