@@ -82,3 +82,15 @@ def hierarchical_ring(p1: int, p2: int, n: int, alpha1: float, beta1: float, alp
     """2D ring: p1 ranks per node (alpha1, beta1), p2 nodes (alpha2, beta2), no reduction cost."""
     return (2 * (p1 - 1) * alpha1 + 2 * (p1 - 1) / p1 * n * beta1
             + 2 * (p2 - 1) * alpha2 + 2 * (p2 - 1) / p2 * (n / p1) * beta2)
+
+
+def chain_broadcast(p: int, n: int, alpha: float, beta: float, segments: int = 1) -> float:
+    """Pipelined chain (ring broadcast) of k segments: (p-1)(alpha + n beta/k) + (k-1) n beta/k.
+
+    Segment s leaves hop h at s·tau + h·(tau + alpha) with tau = n beta / k: the first segment
+    pays every hop, the others follow one drain time apart.
+    """
+    if p == 1:
+        return 0.0
+    tau = n * beta / segments
+    return (p - 1) * (alpha + tau) + (segments - 1) * tau

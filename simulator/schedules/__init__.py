@@ -13,8 +13,14 @@ from typing import Callable
 
 from ..errors import ConfigError, ScheduleError, unknown_name
 from .base import COLLECTIVES, Schedule, ScheduleBuilder, split_bytes
+from .direct import direct
+from .double_tree import double_binary_tree
+from .halving_doubling import halving_doubling
+from .hierarchical import hierarchical
+from .ps import ps
 from .ring import ring
 from .transform import slice_schedule
+from .tree import binomial_tree, tree
 
 
 @dataclass(frozen=True)
@@ -39,8 +45,26 @@ def register(name: str, build, collectives, summary: str) -> None:
     ALGORITHMS[name] = Algorithm(name, build, tuple(collectives), summary)
 
 
-register("ring", ring, ("allreduce", "reduce_scatter", "allgather"),
-         "ring reduce-scatter + all-gather: bandwidth-optimal, 2(p-1) latency steps")
+register("ring", ring, ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"),
+         "ring reduce-scatter + all-gather: bandwidth-optimal, 2(p-1) latency steps; "
+         "broadcast/reduce as a chain pipeline (use slices)")
+register("tree", tree, ("allreduce", "reduce", "broadcast"),
+         "NCCL binary tree: reduce up, broadcast down, ceil(lg p) high; option segments pipelines")
+register("binomial_tree", binomial_tree, ("allreduce", "reduce", "broadcast"),
+         "MPICH binomial reduce + broadcast, whole message: 2 ceil(lg p) (alpha + n beta)")
+register("double_binary_tree", double_binary_tree, ("allreduce",),
+         "NCCL double binary tree: half the data on each of two complementary trees, "
+         "pipelined in segments")
+register("two_tree", double_binary_tree, ("allreduce",), "alias of double_binary_tree")
+register("halving_doubling", halving_doubling, ("allreduce", "reduce_scatter", "allgather"),
+         "Rabenseifner recursive halving + doubling: 2 lg p steps, bandwidth-optimal; "
+         "fold/unfold for non-powers of two")
+register("direct", direct, ("allreduce", "reduce_scatter", "allgather", "alltoall"),
+         "pairwise: every rank sends each peer its block at once; 2 steps")
+register("hierarchical", hierarchical, ("allreduce",),
+         "2D: intra-node reduce-scatter, inter-node all-reduce per block, intra-node all-gather")
+register("ps", ps, ("allreduce",),
+         "parameter server: push shards to servers, pull aggregates (dedicated or colocated)")
 
 
 def get_algorithm(name: str) -> Algorithm:

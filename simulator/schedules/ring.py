@@ -10,8 +10,10 @@ per phase.
 Closed form, uncontended, step-synchronous, largest chunk ``c = ceil(n/p)``:
 ``2(p-1)·(alpha + c·beta) + (p-1)·c·gamma`` for all-reduce.
 
-Broadcast and reduce run as a pipeline along the chain ``root, root+1, ...`` (the ring with one
-edge unused); they are only efficient when sliced (``--slices``).
+Broadcast and reduce run as a pipeline along the chain ``root, root+1, ..., root-1`` (the ring
+with one edge unused): broadcast copies the message down the chain, reduce adds it up towards the
+root. Both take ``p-1`` whole-message steps and are efficient only when sliced (``--slices k``:
+``(p-1+k-1)·(alpha + n·beta/k)``). They reuse the tree emitter of :mod:`.tree` on a chain.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Schedule, split_bytes
+from .tree import ROOTED, chain, resolve_root, tree_schedule
 
 _PHASES = ("reduce-scatter", "all-gather")
 
@@ -32,9 +35,12 @@ def _ring_steps(p: int, first_step: int, chunk_of_rank_at_step, reduce: bool, ph
                 phase=np.full(r.shape, phase, dtype=np.int16))
 
 
-def ring(collective: str, ranks: int, size_bytes: int) -> Schedule:
-    """Ring reduce-scatter, all-gather, or both (all-reduce)."""
+def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None) -> Schedule:
+    """Ring reduce-scatter, all-gather, or both (all-reduce); chain broadcast and reduce."""
     p = ranks
+    root = resolve_root(collective, ranks, root)
+    if collective in ROOTED:
+        return tree_schedule(collective, "ring", p, size_bytes, [chain(p).rooted_at(root)])
     parts = []
     if collective in ("allreduce", "reduce_scatter"):
         parts.append(_ring_steps(p, 0, lambda r, k: r - k - 1, True, 0))

@@ -1,0 +1,48 @@
+"""Double binary tree all-reduce (Sanders, Speck and Traeff 2009; NCCL 2.4).
+
+A single binary tree wastes half the network: leaves only send up and receive down, while interior
+ranks carry three times the message. Two *complementary* trees fix it: each carries half of the
+data, and a rank that is interior in one tree is a leaf in the other, so every rank sends and
+receives about ``2n`` in all and the bandwidth term is ``2·n·beta`` with about ``2·lg p`` latency
+hops (Sanders, Speck and Traeff, "Two-tree algorithms for full bandwidth broadcast, reduction
+and scan", Parallel Computing 2009; NVIDIA blog "Massively Scale Your Deep Learning Training
+with NCCL 2.4", 2019).
+
+The trees are NCCL's (``ncclGetDtree`` in ``src/graph/trees.cc``): tree 0 is the bit-pattern
+binary tree of :func:`.tree.btree` (root 0; odd ranks are its leaves, even ranks interior); tree 1
+is its *mirror* ``r -> p-1-r`` when ``p`` is even and its *shift* ``r -> r+1 mod p`` when ``p`` is
+odd (root ``p-1`` or 1). What NCCL's construction guarantees, and the tests check for
+``p <= 64``: every rank is interior in at least one tree, and no rank is interior in both, except
+rank 0 when ``p`` is odd (the root of tree 0, with a single child, is the shifted image of the
+interior rank ``p-1``).
+
+Each half is reduced up its tree and broadcast down, cut into ``segments`` pipelined chunks on its
+own channel (0 and 1); the root starts broadcasting segment ``s`` as soon as it is reduced. The
+default of 8 segments per tree keeps the pipeline fill ``h + k - 1`` steps short relative to
+``k`` while leaving each segment large; NCCL pipelines in fixed-size chunks instead, which
+``--slices`` can model on top. With ``p = 1`` there is nothing to send.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Schedule
+from .tree import Tree, btree, tree_schedule
+
+DEFAULT_SEGMENTS = 8
+
+
+def double_trees(p: int) -> tuple[Tree, Tree]:
+    """NCCL's two complementary binary trees over ``p`` ranks."""
+    t0 = btree(p)
+    v = np.arange(p, dtype=np.int64)
+    t1 = t0.relabel((v + 1) % p if p % 2 else p - 1 - v)
+    return t0, t1
+
+
+def double_binary_tree(collective: str, ranks: int, size_bytes: int,
+                       segments: int = DEFAULT_SEGMENTS) -> Schedule:
+    """Half of the message reduced and broadcast on each of two complementary trees."""
+    return tree_schedule(collective, "double_binary_tree", ranks, size_bytes,
+                         list(double_trees(ranks)), segments)
