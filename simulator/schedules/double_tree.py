@@ -16,11 +16,13 @@ odd (root ``p-1`` or 1). What NCCL's construction guarantees, and the tests chec
 rank 0 when ``p`` is odd (the root of tree 0, with a single child, is the shifted image of the
 interior rank ``p-1``).
 
-Each half is reduced up its tree and broadcast down, cut into ``segments`` pipelined chunks on its
-own channel (0 and 1); the root starts broadcasting segment ``s`` as soon as it is reduced. The
-default of 8 segments per tree keeps the pipeline fill ``h + k - 1`` steps short relative to
-``k`` while leaving each segment large; NCCL pipelines in fixed-size chunks instead, which
-``--slices`` can model on top. With ``p = 1`` there is nothing to send.
+Each half is reduced up its tree and broadcast down, cut into pipelined segments on its own
+channel (0 and 1); the root starts broadcasting segment ``s`` as soon as it is reduced. Like NCCL,
+the pipeline works in fixed-size chunks: by default each segment is at most ``segment_bytes`` =
+512 KiB (NCCL's Simple protocol: a 4 MiB buffer in ``NCCL_STEPS`` = 8 slots), so large messages
+fill the pipeline and approach the full link bandwidth, while small ones move in one segment and
+pay about ``2·lg p`` latency hops. ``segments`` fixes the count instead. With ``p = 1`` there is
+nothing to send.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Schedule
-from .tree import Tree, btree, tree_schedule
+from .tree import Tree, btree, positive_int, tree_schedule
 
-DEFAULT_SEGMENTS = 8
+#: NCCL Simple protocol chunk: DEFAULT_BUFFSIZE 4 MiB / NCCL_STEPS 8 (NVIDIA/nccl src/include).
+DEFAULT_SEGMENT_BYTES = 512 << 10
 
 
 def double_trees(p: int) -> tuple[Tree, Tree]:
@@ -41,8 +44,16 @@ def double_trees(p: int) -> tuple[Tree, Tree]:
     return t0, t1
 
 
-def double_binary_tree(collective: str, ranks: int, size_bytes: int,
-                       segments: int = DEFAULT_SEGMENTS) -> Schedule:
+def segments_for(part_bytes: int, segment_bytes: int) -> int:
+    """Segments of at most ``segment_bytes`` that cover ``part_bytes`` (at least one)."""
+    segment_bytes = positive_int("segment_bytes", segment_bytes)
+    return max(1, -(-int(part_bytes) // segment_bytes))
+
+
+def double_binary_tree(collective: str, ranks: int, size_bytes: int, segments: int | None = None,
+                       segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
     """Half of the message reduced and broadcast on each of two complementary trees."""
+    if segments is None:
+        segments = segments_for(-(-int(size_bytes) // 2), segment_bytes)
     return tree_schedule(collective, "double_binary_tree", ranks, size_bytes,
                          list(double_trees(ranks)), segments)
