@@ -151,18 +151,117 @@ def cmd_run(args) -> int:
     from pathlib import Path
 
     from .report.output import write_csv, write_resolved
-    from .report.plots import PLOTS
+    from .report.plots import PLOTS, TRAINING_PLOTS
     from .scenario import load_scenario, run_scenario
 
     scenario = load_scenario(args.scenario)
     out = Path(args.output or Path("out") / scenario.name)
     frame = run_scenario(scenario)
-    print(format_table(frame))
+    training = scenario.training is not None
+    print(format_training_table(frame) if training else format_table(frame))
     written = [write_csv(out / "results.csv", frame),
                write_resolved(out / "scenario.resolved.yaml", scenario.resolved, scenario.seed)]
-    for plot in scenario.plots or ("busbw_vs_size",):
-        written += PLOTS[plot](frame, out / plot)
+    registry = TRAINING_PLOTS if training else PLOTS
+    for plot in scenario.plots or tuple(registry)[:1]:
+        written += registry[plot](frame, out / plot)
     print(f"wrote {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def format_training_table(frame: pd.DataFrame) -> str:
+    """Human table of training points: iteration time, throughput, speedup, where time goes."""
+    if frame.empty:
+        return "(no results)"
+    shown = pd.DataFrame({
+        "model": frame["model"], "aggregation": frame["aggregation"], "gpus": frame["gpus"],
+        "iter_ms": [f"{t * 1e3:.1f}" for t in frame["iteration_s"]],
+        "samples/s": [f"{t:.1f}" for t in frame["throughput_samples_s"]],
+        "per_gpu": [f"{t:.1f}" for t in frame["per_gpu_samples_s"]],
+        "speedup": [f"{t:.2f}" for t in frame["speedup"]],
+        "efficiency": [f"{t:.1%}" for t in frame["efficiency"]],
+        "exposed_ms": [f"{t * 1e3:.1f}" for t in frame["exposed_comm_s"]],
+        "overlap": [f"{t:.0%}" for t in frame["overlap"]],
+        "bottleneck": frame["bottleneck_link"],
+    })
+    if (frame["consistency"] != "bsp").any():
+        shown["staleness"] = [f"{m:.1f} (max {x})" for m, x in
+                              zip(frame["staleness_mean"], frame["staleness_max"])]
+    return shown.to_string(index=False)
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{what} expects comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"{what} expects positive integers, got {text!r}")
+    return values
+
+
+def _servers(text: str):
+    if text == "per_node":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ConfigError(f"--ps-servers expects a positive integer or per_node, got {text!r}")
+
+
+def _consistency(text: str):
+    """``bsp``, ``async`` or ``ssp:K`` -> staleness bound (0, None, K)."""
+    if text == "bsp":
+        return 0
+    if text == "async":
+        return None
+    kind, _, k = text.partition(":")
+    if kind == "ssp" and k.isdigit() and int(k) >= 1:
+        return int(k)
+    raise ConfigError(f"--consistency expects bsp, ssp:K (K >= 1) or async, got {text!r}")
+
+
+def cmd_train(args) -> int:
+    from pathlib import Path
+
+    from .report.output import write_csv
+    from .report.plots import TRAINING_PLOTS
+    from .workload.models import get_model
+    from .workload.sweep import PRECISIONS, TrainingSpec, run_training
+    from .workload.training import PsConfig
+
+    graph = _load(args)
+    models = tuple(m.strip() for m in args.model.split(",") if m.strip())
+    for m in models:
+        get_model(m)
+    aggregations = tuple(a.strip() for a in args.aggregation.split(",") if a.strip())
+    for a in aggregations:
+        if a != "ps":
+            _algorithms(a, "allreduce")
+    if args.precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, "
+                          f"got {args.precision!r}")
+    if args.batch_per_gpu < 1:
+        raise ConfigError(f"--batch-per-gpu must be >= 1, got {args.batch_per_gpu}")
+    if args.compute and not Path(args.compute).is_file():
+        raise ConfigError(f"--compute: file {args.compute!r} not found")
+    spec = TrainingSpec(
+        models=models, batch_per_gpu=args.batch_per_gpu, gpus=_int_list(args.gpus, "--gpus"),
+        aggregations=aggregations, precision=args.precision, device=args.device,
+        bucket_bytes=parse_size(args.bucket, what="--bucket"), overlap=not args.no_overlap,
+        slices=args.slices,
+        ps=PsConfig(servers=_servers(args.ps_servers), placement=args.ps_placement,
+                    sharding=args.ps_sharding, staleness=_consistency(args.consistency)),
+        measured_csv=args.compute)
+    frame = run_training(graph, spec)
+    if args.format == "table":
+        print(format_training_table(frame))
+    else:
+        _emit(frame, args.format)
+    if args.output:
+        out = Path(args.output)
+        written = [write_csv(out / "results.csv", frame)]
+        for name, plot in TRAINING_PLOTS.items():
+            written += plot(frame, out / name)
+        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
 
 
@@ -240,6 +339,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not charge reduction compute on the receiving device")
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.set_defaults(func=cmd_collective)
+
+    tr = sub.add_parser("train", help="simulate data-parallel training: speedup vs GPUs")
+    tr.add_argument("--topology", required=True, help="preset name, builder name or YAML file")
+    tr.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
+    tr.add_argument("--model", required=True, help="model name(s), comma-separated "
+                                                   "(resnet50, alexnet, vgg16, bert_base, ...)")
+    tr.add_argument("--batch-per-gpu", type=int, default=32)
+    tr.add_argument("--gpus", default="1,2,4,8", help="comma-separated GPU counts")
+    tr.add_argument("--aggregation", default="ring",
+                    help="comma-separated: any all-reduce algorithm, or ps")
+    tr.add_argument("--precision", default="fp32", help="fp32, fp16, amp or bf16")
+    tr.add_argument("--device", default=None, help="GPU preset (default: the topology's)")
+    tr.add_argument("--bucket", default="25MiB", help="gradient bucket size (DDP: 25MiB)")
+    tr.add_argument("--no-overlap", action="store_true",
+                    help="aggregate only after backward ends (no compute/comm overlap)")
+    tr.add_argument("--slices", type=int, default=1)
+    tr.add_argument("--ps-servers", default="1",
+                    help="number of parameter servers, or per_node (one per worker machine)")
+    tr.add_argument("--ps-placement", choices=["dedicated", "colocated"], default="dedicated")
+    tr.add_argument("--ps-sharding", choices=["round_robin", "greedy", "even"],
+                    default="round_robin")
+    tr.add_argument("--consistency", default="bsp", help="bsp, ssp:K or async (PS only)")
+    tr.add_argument("--compute", default=None, metavar="CSV",
+                    help="measured per-layer times (clustersim measure kernels) instead of the "
+                         "roofline model")
+    tr.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    tr.add_argument("-o", "--output", default=None, help="folder for results.csv and plots")
+    tr.set_defaults(func=cmd_train)
 
     r = sub.add_parser("run", help="run a scenario YAML: table, results.csv, plots")
     r.add_argument("scenario", help="scenario YAML file (see scenarios/)")

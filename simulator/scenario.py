@@ -37,11 +37,14 @@ from .errors import ClusterSimError, ConfigError
 from .schedules import COLLECTIVES, get_algorithm
 from .units import parse_size
 
-TOP_KEYS = ("name", "description", "seed", "topology", "collective", "report")
+TOP_KEYS = ("name", "description", "seed", "topology", "collective", "training", "report")
 TOPOLOGY_KEYS = ("name", "params")
 COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", "free_reduce")
 PS_KEYS = ("servers", "placement", "shards", "overlap")
 REPORT_KEYS = ("plots",)
+TRAINING_KEYS = ("models", "batch_per_gpu", "gpus", "aggregations", "precision", "device",
+                 "bucket", "overlap", "slices", "ps", "compute")
+TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations")
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class Scenario:
     name: str
     topology: str
     topology_params: dict
-    collective: CollectiveSweep
+    collective: CollectiveSweep | None = None
+    training: "TrainingSpec | None" = None
     description: str = ""
     seed: int = 0
     plots: tuple[str, ...] = ()
@@ -156,12 +160,86 @@ def _collective(data, where: Where) -> CollectiveSweep:
         free_reduce=_bool(data.get("free_reduce", False), where, path + ("free_reduce",)))
 
 
+def _training_ps(data, where: Where):
+    from .workload.training import PsConfig
+
+    path = ("training", "ps")
+    check_keys(data, where, path, TRAINING_PS_KEYS)
+    consistency = _choice(data.get("consistency", "bsp"), where, path + ("consistency",),
+                          ("bsp", "ssp", "async"))
+    staleness = 0
+    if consistency == "ssp":
+        staleness = _int(data.get("staleness", 1), where, path + ("staleness",), 1)
+    elif "staleness" in data:
+        raise where.error(path + ("staleness",), f"only meaningful with consistency: ssp "
+                                                 f"(here {consistency})")
+    if consistency == "async":
+        staleness = None
+    servers = data.get("servers", 1)
+    if servers != "per_node":
+        servers = _int(servers, where, path + ("servers",), 1)
+    return PsConfig(
+        servers=servers,
+        placement=_choice(data.get("placement", "dedicated"), where, path + ("placement",),
+                          ("dedicated", "colocated")),
+        sharding=_choice(data.get("sharding", "round_robin"), where, path + ("sharding",),
+                         ("round_robin", "greedy", "even")),
+        staleness=staleness,
+        iterations=_int(data.get("iterations", 4), where, path + ("iterations",), 2))
+
+
+def _training(data, where: Where, base_dir: Path | None):
+    from .workload.models import MODELS
+    from .workload.sweep import PRECISIONS, TrainingSpec
+
+    path = ("training",)
+    check_keys(data, where, path, TRAINING_KEYS, required=("models", "gpus", "aggregations"))
+    models = tuple(str(m) for m in as_list(data["models"]))
+    for i, m in enumerate(models):
+        _choice(m, where, path + ("models", i), tuple(MODELS))
+    aggregations = tuple(str(a) for a in as_list(data["aggregations"]))
+    for i, name in enumerate(aggregations):
+        if name == "ps":
+            continue
+        try:
+            algo = get_algorithm(name)
+        except ClusterSimError as exc:
+            raise where.error(path + ("aggregations", i), f"{exc} (or ps)") from None
+        if "allreduce" not in algo.collectives:
+            raise where.error(path + ("aggregations", i), f"{name} does not implement allreduce")
+    gpus = tuple(_int(v, where, path + ("gpus", i), 1)
+                 for i, v in enumerate(as_list(data["gpus"])))
+    compute = data.get("compute") or {}
+    check_keys(compute, where, path + ("compute",), ("measured",))
+    measured = compute.get("measured")
+    if measured is not None:
+        file = Path(str(measured))
+        if base_dir is not None and not file.is_absolute():
+            file = base_dir / file
+        if not file.is_file():
+            raise where.error(path + ("compute", "measured"), f"file {str(file)!r} not found")
+        measured = str(file)
+    return TrainingSpec(
+        models=models,
+        batch_per_gpu=_int(data.get("batch_per_gpu", 32), where, path + ("batch_per_gpu",), 1),
+        gpus=gpus, aggregations=aggregations,
+        precision=_choice(data.get("precision", "fp32"), where, path + ("precision",), PRECISIONS),
+        device=str(data["device"]) if "device" in data else None,
+        bucket_bytes=_quantity(lambda v: parse_size(v, what="bucket"),
+                               data.get("bucket", "25MiB"), where, path + ("bucket",)),
+        overlap=_bool(data.get("overlap", True), where, path + ("overlap",)),
+        slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
+        ps=_training_ps(data.get("ps", {}), where), measured_csv=measured)
+
+
 def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = None) -> Scenario:
     """Parse and validate scenario YAML ``text`` (``origin`` names it in errors)."""
-    from .report.plots import PLOTS
+    from .report.plots import PLOTS, TRAINING_PLOTS
 
     data, where = read_yaml(text, origin)
-    check_keys(data, where, (), TOP_KEYS, required=("topology", "collective"))
+    check_keys(data, where, (), TOP_KEYS, required=("topology",))
+    if ("collective" in data) == ("training" in data):
+        raise where.error((), "a scenario has exactly one workload: 'collective' or 'training'")
     topo = data["topology"]
     if isinstance(topo, str):
         topo = {"name": topo}
@@ -177,15 +255,19 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
     report = data.get("report") or {}
     check_keys(report, where, ("report",), REPORT_KEYS)
     plots = as_list(report.get("plots", []))
+    valid_plots = tuple(PLOTS) if "collective" in data else tuple(TRAINING_PLOTS)
     for i, plot in enumerate(plots):
-        _choice(plot, where, ("report", "plots", i), tuple(PLOTS))
+        _choice(plot, where, ("report", "plots", i), valid_plots)
     seed = _int(data.get("seed", 0), where, ("seed",), 0)
     name = data.get("name", Path(origin).stem)
     if not isinstance(name, str):
         raise where.error(("name",), f"expected a string, got {name!r}")
     return Scenario(name=name, description=str(data.get("description", "")),
                     topology=topo_name, topology_params=dict(params),
-                    collective=_collective(data["collective"], where), seed=seed,
+                    collective=_collective(data["collective"], where)
+                    if "collective" in data else None,
+                    training=_training(data["training"], where, base_dir)
+                    if "training" in data else None, seed=seed,
                     plots=tuple(plots), origin=origin, resolved=data)
 
 
@@ -198,11 +280,18 @@ def load_scenario(path: str) -> Scenario:
 
 
 def run_scenario(scenario: Scenario, progress=None) -> pd.DataFrame:
-    """Run every point of the scenario's sweep; return the results table (RESULT_COLUMNS)."""
+    """Run every point of the scenario's sweep; return the results table."""
     from .collective import RESULT_COLUMNS, run_collective
     from .topology import load_topology
 
     graph = load_topology(scenario.topology, scenario.topology_params)
+    if scenario.training is not None:
+        from .workload.sweep import run_training
+
+        frame = run_training(graph, scenario.training, progress)
+        frame.insert(0, "scenario", scenario.name)
+        frame["seed"] = scenario.seed
+        return frame
     sweep = scenario.collective
     rows = []
     for gpus, size, algorithm in sweep.points():

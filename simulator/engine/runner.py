@@ -115,6 +115,11 @@ class Engine:
         ev = self.env.timeout(end - now)
         ev.callbacks.append(lambda _e: then())
 
+    def call_at(self, time_s: float, fn) -> None:
+        """Call ``fn()`` at simulated time ``time_s`` (now, if that is in the past)."""
+        ev = self.env.timeout(max(0.0, time_s - self.env.now))
+        ev.callbacks.append(lambda _e: fn())
+
     def reduce_rate(self, device: str) -> float:
         if not self.reduce_compute:
             return math.inf

@@ -84,4 +84,55 @@ def time_vs_size(frame: pd.DataFrame, stem: Path, title: str = "") -> list[Path]
     return _save(fig, stem)
 
 
+def _training_series(frame: pd.DataFrame):
+    """One line per (model, aggregation) in a stable order."""
+    for (model, aggregation), group in frame.groupby(["model", "aggregation"], sort=True):
+        label = aggregation if frame["model"].nunique() == 1 else f"{model}, {aggregation}"
+        yield label, group.sort_values("gpus")
+
+
+def _gpu_axis(ax, gpus) -> None:
+    ticks = sorted(set(int(g) for g in gpus))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("GPUs")
+
+
+def speedup_vs_gpus(frame: pd.DataFrame, stem: Path, title: str = "") -> list[Path]:
+    """Speedup over one GPU against GPU count, with the ideal (linear) line."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    gpus = sorted(frame["gpus"].unique())
+    ax.plot(gpus, gpus, color="0.6", linestyle="--", label="ideal (linear)")
+    for label, group in _training_series(frame):
+        ax.plot(group["gpus"], group["speedup"], marker="o", label=label)
+    _gpu_axis(ax, gpus)
+    ax.set_yscale("log", base=2)
+    ax.set_yticks(gpus)
+    ax.set_yticklabels([str(g) for g in gpus])
+    ax.set_ylabel("speedup over 1 GPU (x)")
+    ax.set_title(title or f"data-parallel speedup on {frame['topology'].iloc[0]}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, stem)
+
+
+def throughput_per_gpu(frame: pd.DataFrame, stem: Path, title: str = "") -> list[Path]:
+    """Samples per second per GPU against GPU count (flat = perfect scaling)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, group in _training_series(frame):
+        ax.plot(group["gpus"], group["per_gpu_samples_s"], marker="o", label=label)
+    _gpu_axis(ax, frame["gpus"])
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("throughput per GPU (samples/s)")
+    ax.set_title(title or f"per-GPU throughput on {frame['topology'].iloc[0]}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, stem)
+
+
+#: Plots of collective sweeps.
 PLOTS = {"busbw_vs_size": busbw_vs_size, "time_vs_size": time_vs_size}
+#: Plots of training sweeps.
+TRAINING_PLOTS = {"speedup_vs_gpus": speedup_vs_gpus, "throughput_per_gpu": throughput_per_gpu}

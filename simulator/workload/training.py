@@ -1,0 +1,383 @@
+"""Data-parallel training iterations on the engine: compute, gradient buckets, aggregation.
+
+One iteration of synchronous data parallelism on every worker: forward through all layers, then
+backward from the output layer to the input. Gradients are grouped into *buckets* in the order
+backward produces them (PyTorch DDP: 25 MiB; Horovod's fusion buffer: 64 MiB); a bucket's
+aggregation starts as soon as its last gradient is computed and overlaps the rest of backward.
+The optimizer step runs when every bucket is aggregated.
+
+Aggregation is either
+
+* a collective algorithm (ring, trees, halving-doubling, hierarchical, ...): one all-reduce per
+  bucket, run one after another on a single communicator stream as NCCL does; or
+* parameter servers: each layer's variables live on one server (placed round-robin by layer as
+  TensorFlow's ``replica_device_setter`` does, or greedily by size); a worker pushes each bucket's
+  gradients to the servers owning them (the server sums them: aggregation compute is charged on
+  the server), and pulls the updated variables before its next forward. Consistency is bounded
+  staleness: a worker may start iteration ``i`` once every worker has finished pushing iteration
+  ``i - 1 - k``. ``k = 0`` is BSP (synchronous), ``k > 0`` SSP, ``k = None`` asynchronous
+  (workers never wait; the gradient staleness distribution is reported).
+
+Compute comes from a :class:`~simulator.workload.compute.ComputeProfile`; its timeline is
+analytic (compute and communication use different resources: NCCL and PS traffic run on their
+own streams and links), and only communication is simulated on the flow network.
+
+Speedup is against one GPU computing alone (no communication): ``N · t1 / tN``; efficiency is
+speedup / N. Exposed communication is the part of the iteration in which the GPU does not compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.runner import Engine
+from ..errors import ConfigError
+from ..records import bottleneck, links_frame
+from ..schedules import make_schedule
+from ..schedules.base import ScheduleBuilder
+from ..topology import endpoints, ps_endpoints
+
+DDP_BUCKET_BYTES = 25 << 20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
+
+TRAINING_COLUMNS = (
+    "model", "aggregation", "gpus", "batch_per_gpu", "precision", "iteration_s",
+    "throughput_samples_s", "per_gpu_samples_s", "speedup", "efficiency", "compute_s",
+    "exposed_comm_s", "comm_busy_s", "overlap", "bottleneck_link", "bottleneck_utilisation",
+    "ps_servers", "ps_placement", "consistency", "staleness_mean", "staleness_max",
+    "topology")
+
+
+@dataclass(frozen=True)
+class PsConfig:
+    """Parameter-server settings for training."""
+
+    servers: int | str = 1            # a count, or "per_node": one per worker machine
+    placement: str = "dedicated"      # dedicated | colocated (on the worker machines' CPUs)
+    sharding: str = "round_robin"     # round_robin (TF default) | greedy | even
+    staleness: int | None = 0         # 0 = BSP, k = SSP(k), None = asynchronous
+    iterations: int = 4               # iterations simulated (the first is warm-up)
+
+    @property
+    def consistency(self) -> str:
+        if self.staleness is None:
+            return "async"
+        return "bsp" if self.staleness == 0 else f"ssp{self.staleness}"
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Gradients aggregated together: layer indices, bytes, and when backward has made them."""
+
+    layers: tuple[int, ...]
+    size_bytes: int
+    ready_s: float  # after the start of backward
+
+
+def make_buckets(grad_bytes, backward_s, bucket_bytes: int, overlap: bool = True):
+    """Group layers into buckets in backward order (last layer first), DDP-style.
+
+    A bucket closes when it reaches ``bucket_bytes``; layers without gradients join the next
+    bucket. With ``overlap=False`` everything is one bucket ready when backward ends.
+    """
+    n = len(grad_bytes)
+    order = list(range(n - 1, -1, -1))
+    done = np.cumsum([backward_s[i] for i in order])
+    if not overlap:
+        return [Bucket(tuple(order), int(sum(grad_bytes)), float(done[-1]) if n else 0.0)]
+    buckets, current, size = [], [], 0
+    for k, i in enumerate(order):
+        current.append(i)
+        size += int(grad_bytes[i])
+        if size >= bucket_bytes or k == n - 1:
+            if size > 0:
+                buckets.append(Bucket(tuple(current), size, float(done[k])))
+            elif buckets:  # trailing layers without parameters: nothing to send
+                pass
+            current, size = [], 0
+    return buckets
+
+
+def place_variables(grad_bytes, servers: int, policy: str) -> np.ndarray:
+    """Server of each layer's variables (``-1`` for layers without any)."""
+    owner = np.full(len(grad_bytes), -1, dtype=np.int64)
+    load = np.zeros(servers)
+    k = 0
+    for i, b in enumerate(grad_bytes):
+        if b <= 0:
+            continue
+        if policy == "round_robin":
+            owner[i] = k % servers
+            k += 1
+        elif policy == "greedy":
+            owner[i] = int(np.argmin(load))
+        else:
+            raise ConfigError(f"unknown PS sharding {policy!r}; valid: round_robin, greedy, even")
+        load[owner[i]] += b
+    return owner
+
+
+@dataclass
+class TrainingResult:
+    row: dict
+    engine: Engine
+    staleness: list = field(default_factory=list)
+
+
+def _placement_nodes(graph, gpus: int) -> list[str]:
+    eps = endpoints(graph)
+    if gpus > len(eps):
+        raise ConfigError(f"{gpus} GPUs requested, topology {graph.graph.get('name', '')!r} has "
+                          f"{len(eps)}")
+    return list(eps[:gpus])
+
+
+def _machines(graph, workers: list[str]) -> list[str]:
+    """The CPU node of every machine hosting a worker (the worker itself on star/fat_tree)."""
+    machines = []
+    for w in workers:
+        cpu = f"n{graph.nodes[w].get('node_index', 0)}.cpu"
+        node = cpu if cpu in graph else w
+        if node not in machines:
+            machines.append(node)
+    return machines
+
+
+def server_count(graph, workers: list[str], ps: PsConfig) -> int:
+    """Resolve ``servers: per_node`` to the number of worker machines."""
+    if ps.servers == "per_node":
+        return len(_machines(graph, workers))
+    return int(ps.servers)
+
+
+def _server_nodes(graph, workers: list[str], ps: PsConfig, servers: int) -> list[str]:
+    if ps.placement == "dedicated":
+        hosts = ps_endpoints(graph) or endpoints(graph)[len(workers):]
+        if servers > len(hosts):
+            raise ConfigError(f"{servers} dedicated PS need {servers} free hosts; topology "
+                              f"{graph.graph.get('name', '')!r} has {len(hosts)} (gpu_cluster: "
+                              f"set ps_hosts; star: hosts >= gpus + servers)")
+        return list(hosts[:servers])
+    if ps.placement == "colocated":
+        # servers on the worker machines' CPUs, round-robin (TF: local_parameter_device=cpu)
+        machines = _machines(graph, workers)
+        return [machines[k % len(machines)] for k in range(servers)]
+    raise ConfigError(f"unknown PS placement {ps.placement!r}; valid: dedicated, colocated")
+
+
+def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregation: str,
+                      model_name: str, gradient_bytes, precision: str = "fp32",
+                      bucket_bytes: int = DDP_BUCKET_BYTES, overlap: bool = True,
+                      slices: int = 1, ps: PsConfig | None = None,
+                      options: dict | None = None) -> TrainingResult:
+    """Simulate data-parallel training on ``gpus`` workers; return one result row.
+
+    Parameters
+    ----------
+    profile : ComputeProfile
+        Per-layer forward/backward seconds and the optimizer step for one worker's batch.
+    gradient_bytes : sequence of int
+        Gradient bytes of each layer (same order as ``profile.layers``).
+    aggregation : str
+        A registered collective algorithm, or ``"ps"``.
+    """
+    grad = [int(b) for b in gradient_bytes]
+    fwd = float(sum(l.forward_s for l in profile.layers))
+    bwd = [float(l.backward_s) for l in profile.layers]
+    compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
+    buckets = make_buckets(grad, bwd, bucket_bytes, overlap)
+    workers = _placement_nodes(graph, gpus)
+    engine = Engine(graph)
+    staleness: list[int] = []
+    if aggregation == "ps":
+        ps = ps or PsConfig()
+        iteration_s, comm_busy = _run_ps(engine, graph, workers, grad, buckets, fwd, profile,
+                                         ps, staleness)
+    else:
+        ps = None
+        iteration_s, comm_busy = _run_collective(engine, workers, buckets, fwd, sum(bwd),
+                                                 profile.optimizer_s, aggregation, slices,
+                                                 dict(options or {}), graph)
+    links = links_frame(engine, engine.env.now)
+    link, util = bottleneck(links)
+    throughput = gpus * batch_per_gpu / iteration_s
+    speedup = gpus * compute_s / iteration_s
+    exposed = max(0.0, iteration_s - compute_s)
+    row = {
+        "model": model_name, "aggregation": aggregation, "gpus": gpus,
+        "batch_per_gpu": batch_per_gpu, "precision": precision, "iteration_s": iteration_s,
+        "throughput_samples_s": throughput, "per_gpu_samples_s": throughput / gpus,
+        "speedup": speedup, "efficiency": speedup / gpus, "compute_s": compute_s,
+        "exposed_comm_s": exposed, "comm_busy_s": comm_busy,
+        "overlap": (1.0 - exposed / comm_busy) if comm_busy > 0 else 1.0,
+        "bottleneck_link": link, "bottleneck_utilisation": util,
+        "ps_servers": server_count(graph, workers, ps) if ps else 0, "ps_placement": ps.placement if ps else "",
+        "consistency": ps.consistency if ps else "bsp",
+        "staleness_mean": float(np.mean(staleness)) if staleness else 0.0,
+        "staleness_max": int(max(staleness)) if staleness else 0,
+        "topology": graph.graph.get("name", ""),
+    }
+    return TrainingResult(row=row, engine=engine, staleness=staleness)
+
+
+def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algorithm, slices,
+                    options, graph):
+    """BSP with one all-reduce per bucket, serialised on one communicator stream."""
+    n = len(workers)
+    if n == 1 or not buckets:
+        return fwd + bwd_total + optimizer_s, 0.0
+    if "local_ranks" in _algorithm_options(algorithm) and "local_ranks" not in options:
+        from ..collective import local_ranks
+        options["local_ranks"] = local_ranks(graph, n)
+    schedules = [make_schedule(algorithm, "allreduce", n, b.size_bytes, slices=slices, **options)
+                 for b in buckets]
+    state = {"busy": False, "queue": [], "ends": [], "busy_s": 0.0}
+
+    def start_next():
+        if state["busy"] or not state["queue"]:
+            return
+        k = state["queue"].pop(0)
+        state["busy"] = True
+        run = engine.launch(schedules[k], workers, label=f"bucket{k}")
+        begin = engine.env.now
+        run.done_event.callbacks.append(lambda _e, begin=begin: finished(begin))
+
+    def finished(begin):
+        state["busy"] = False
+        state["ends"].append(engine.env.now)
+        state["busy_s"] += engine.env.now - begin
+        start_next()
+
+    def ready(k):
+        state["queue"].append(k)
+        start_next()
+
+    for k, b in enumerate(buckets):
+        engine.call_at(fwd + b.ready_s, lambda k=k: ready(k))
+    engine.run()
+    comm_end = max(state["ends"])
+    return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"]
+
+
+def _algorithm_options(name: str) -> list[str]:
+    from ..schedules import get_algorithm
+    return get_algorithm(name).options()
+
+
+def _transfer_schedule(kind: str, shares: np.ndarray, servers: int):
+    """One worker (rank 0) pushing its shares to servers 1..S (reduce), or pulling them back."""
+    b = ScheduleBuilder("allreduce", f"ps_{kind}", 1, shares, helper_ranks=servers)
+    for k in range(servers):
+        if shares[k] <= 0:
+            continue
+        if kind == "push":
+            b.send(0, 1 + k, k, reduce=True, step=0, phase="push")
+        else:
+            b.send(1 + k, 0, k, reduce=False, step=1, phase="pull")
+    return b.build()
+
+
+def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, staleness):
+    """Parameter servers with bounded staleness; returns (iteration_s, comm busy per worker)."""
+    n, servers = len(workers), server_count(graph, workers, ps)
+    server_nodes = _server_nodes(graph, workers, ps, servers)
+    if ps.sharding == "even":
+        owner = None
+    else:
+        owner = place_variables(grad, servers, ps.sharding)
+
+    def shares_of(layers) -> np.ndarray:
+        out = np.zeros(servers, dtype=np.int64)
+        if owner is None:
+            total = sum(grad[i] for i in layers)
+            base, extra = divmod(total, servers)
+            out[:] = base
+            out[:extra] += 1
+            return out
+        for i in layers:
+            if owner[i] >= 0:
+                out[owner[i]] += grad[i]
+        return out
+
+    model_shares = shares_of(range(len(grad)))
+    push_schedules = [_transfer_schedule("push", shares_of(b.layers), servers) for b in buckets]
+    pull_schedule = _transfer_schedule("pull", model_shares, servers)
+    bwd_total = sum(l.backward_s for l in profile.layers)
+    iters = max(2, ps.iterations)
+    k_bound = ps.staleness
+    pushed = [0] * n           # iterations whose pushes are complete, per worker
+    version = [0]              # updates applied at the servers (one per worker-iteration)
+    pulled_version = [0] * n
+    starts = [[] for _ in range(n)]
+    ends = [[] for _ in range(n)]
+    waiting: list[int] = []
+    busy = [0.0] * n
+
+    def may_start(w, it):
+        if k_bound is None or it == 0:
+            return True
+        return min(pushed) >= it - k_bound
+
+    def start_iteration(w):
+        it = len(starts[w])
+        if it >= iters:
+            return
+        if not may_start(w, it):
+            waiting.append(w)
+            return
+        starts[w].append(engine.env.now)
+        placement = [workers[w]] + server_nodes
+        t0 = engine.env.now
+        run = engine.launch(pull_schedule, placement, label=f"pull w{w} it{it}")
+        run.done_event.callbacks.append(lambda _e: pulled(w, it, t0))
+
+    def pulled(w, it, t0):
+        busy[w] += engine.env.now - t0
+        pulled_version[w] = version[0]
+        t_fwd = engine.env.now + fwd
+        remaining = {"left": len(push_schedules)}
+        for k, b in enumerate(buckets):
+            engine.call_at(t_fwd + b.ready_s, lambda k=k: push(w, it, k, remaining))
+        if not push_schedules:
+            engine.call_at(t_fwd + bwd_total, lambda: iteration_done(w, it))
+
+    def push(w, it, k, remaining):
+        placement = [workers[w]] + server_nodes
+        t0 = engine.env.now
+        run = engine.launch(push_schedules[k], placement, label=f"push w{w} it{it} b{k}")
+        run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
+
+    def pushed_bucket(w, it, t0, remaining):
+        busy[w] += engine.env.now - t0
+        remaining["left"] -= 1
+        if remaining["left"] == 0:
+            staleness.append(version[0] - pulled_version[w])
+            version[0] += 1
+            iteration_done(w, it)
+
+    def iteration_done(w, it):
+        t_end = max(engine.env.now, starts[w][it] + fwd + bwd_total) + profile.optimizer_s
+        engine.call_at(t_end, lambda: finish(w, it))
+
+    def finish(w, it):
+        ends[w].append(engine.env.now)
+        pushed[w] = it + 1
+        start_iteration(w)
+        if waiting:
+            pending = list(waiting)
+            waiting.clear()
+            for v in pending:
+                start_iteration(v)
+
+    for w in range(n):
+        engine.call_at(0.0, lambda w=w: start_iteration(w))
+    engine.run()
+    # steady state: average iteration over the iterations after the first, across workers
+    spans = [(ends[w][-1] - ends[w][0]) / (len(ends[w]) - 1) for w in range(n)
+             if len(ends[w]) > 1]
+    if not spans:
+        raise ConfigError("PS run produced no complete iterations")
+    iteration_s = float(np.mean(spans))
+    return iteration_s, float(np.mean(busy)) / iters
