@@ -89,7 +89,7 @@ def test_bigger_models_and_slower_links_hurt_ps_more_than_ring():
     for worse in ("big", "slow"):
         ring_drop = eff["base"][0] - eff[worse][0]
         ps_drop = eff["base"][1] - eff[worse][1]
-        assert ps_drop > ring_drop >= 0, (worse, eff)
+        assert ps_drop > max(ring_drop, 0.0) + 0.05, (worse, eff)
 
 
 def test_more_servers_raise_ps_efficiency():
