@@ -97,6 +97,14 @@ def cmd_collective(args) -> int:
     if args.slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {args.slices}")
     algorithms = _algorithms(args.algorithm, args.collective)
+    ps_opts = _ps_options(args)
+    if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":
+        from .collective import free_hosts
+
+        if free_hosts(graph, args.gpus) < ps_opts["servers"]:
+            ps_opts["placement"] = "colocated"
+            print("all: no free host for a dedicated parameter server on this topology; "
+                  "the ps rows use colocated servers", file=sys.stderr)
     rows = []
     for size in sizes:
         for name in algorithms:
@@ -105,7 +113,7 @@ def cmd_collective(args) -> int:
                 chosen = choose_algorithm(graph, args.collective, size, gpus=args.gpus)
                 print(f"auto: chose {chosen} for {args.collective} of {format_size(size)}",
                       file=sys.stderr)
-            opts = _ps_options(args) if chosen == "ps" else {}
+            opts = ps_opts if chosen == "ps" else {}
             result = run_collective(graph, args.collective, chosen, size, gpus=args.gpus,
                                     slices=args.slices, reduce_compute=not args.free_reduce,
                                     **opts)

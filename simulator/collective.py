@@ -57,6 +57,13 @@ def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
     return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
 
 
+def free_hosts(graph: nx.DiGraph, gpus: int | None) -> int:
+    """Hosts available for dedicated parameter servers beside ``gpus`` workers."""
+    eps = endpoints(graph)
+    n = len(eps) if gpus is None else gpus
+    return len(ps_endpoints(graph) or eps[n:])
+
+
 def placement(graph: nx.DiGraph, gpus: int, servers: int = 0, dedicated: bool = True) -> list[str]:
     """Topology nodes for ``gpus`` worker ranks followed by ``servers`` dedicated PS ranks.
 

@@ -86,3 +86,33 @@ def test_dgx_a100_ring_busbw_near_nvswitch_bandwidth(capsys):
                            "--size", "1GiB", "--slices", "8", "--format", "json")
     row = json.loads(out)[0]
     assert 297 < row["busbw_GBps"] <= 300.0
+
+
+def test_algorithm_all_lists_every_algorithm_and_auto_picks_the_fastest(capsys):
+    code, out, err = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=8",
+                             "--algorithm", "all", "--size", "4KiB", "--size", "64MiB",
+                             "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    names = {r["algorithm"] for r in rows}
+    assert {"ring", "tree", "double_binary_tree", "halving_doubling", "direct", "ps",
+            "binomial_tree"} <= names and "two_tree" not in names
+    assert "colocated" in err  # no free host on an 8-host star: PS rows fall back
+    for size in (4096, 64 << 20):
+        candidates = [r for r in rows if r["size_bytes"] == size and r["algorithm"] != "ps"]
+        best = min(candidates, key=lambda r: r["time_s"])
+        code, out, err = run_cli(capsys, "collective", "--topology", "star", "--param",
+                                 "hosts=8", "--algorithm", "auto", "--size", str(size),
+                                 "--format", "json")
+        row = json.loads(out)[0]
+        assert row["algorithm"].startswith("auto:")
+        assert math.isclose(row["time_s"], best["time_s"], rel_tol=1e-12)
+        assert "auto: chose" in err
+
+
+def test_ps_rows_name_the_server_link_as_bottleneck(capsys):
+    code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=65",
+                           "--gpus", "64", "--algorithm", "ring,ps", "--size", "256MiB")
+    assert code == 0
+    ps_line = [l for l in out.splitlines() if " ps " in l][0]
+    assert "host64" in ps_line and "x" in ps_line.split()[-1]

@@ -162,3 +162,17 @@ def test_max_min_fairness_condition(flow_res, caps):
                    and all(rates[j] <= rates[i] * (1 + 1e-9)
                            for j, other in enumerate(flow_res) if r in other)
                    for r in res)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True), min_size=1,
+                max_size=30),
+       st.lists(st.sampled_from([1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 12.5]), min_size=8,
+                max_size=8))
+def test_vector_solver_equals_heap_solver(flow_res, caps):
+    from simulator.engine.network import max_min_rates_vector
+
+    capacity = dict(enumerate(caps))
+    a = max_min_rates([tuple(r) for r in flow_res], capacity)
+    b = max_min_rates_vector([tuple(r) for r in flow_res], capacity)
+    assert all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(a, b))
