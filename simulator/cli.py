@@ -88,6 +88,32 @@ def _ps_options(args) -> dict:
     return opts
 
 
+def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
+    """``--option KEY=VALUE`` pairs, routed to the algorithms that accept each key."""
+    import yaml
+
+    from .schedules import get_algorithm
+
+    values = {}
+    for key, text in _params(pairs).items():
+        if key.endswith("_bytes"):
+            values[key] = parse_size(text, what=f"--option {key}")
+        else:
+            try:
+                values[key] = yaml.safe_load(text)
+            except yaml.YAMLError:
+                values[key] = text
+    routed = {name: {} for name in algorithms}
+    for key, value in values.items():
+        takers = [n for n in algorithms if n != "auto" and key in get_algorithm(n).options()]
+        if not takers:
+            raise ConfigError(f"--option {key}: none of the selected algorithms "
+                              f"({', '.join(algorithms)}) takes it; see clustersim algorithms")
+        for name in takers:
+            routed[name][key] = value
+    return routed
+
+
 def cmd_collective(args) -> int:
     from .collective import RESULT_COLUMNS, run_collective
     from .tuner import choose_algorithm
@@ -98,6 +124,7 @@ def cmd_collective(args) -> int:
         raise ConfigError(f"--slices must be >= 1, got {args.slices}")
     algorithms = _algorithms(args.algorithm, args.collective)
     ps_opts = _ps_options(args)
+    extra = _algo_options(args.option, algorithms)
     if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":
         from .collective import free_hosts
 
@@ -113,7 +140,8 @@ def cmd_collective(args) -> int:
                 chosen = choose_algorithm(graph, args.collective, size, gpus=args.gpus)
                 print(f"auto: chose {chosen} for {args.collective} of {format_size(size)}",
                       file=sys.stderr)
-            opts = ps_opts if chosen == "ps" else {}
+            opts = dict(ps_opts) if chosen == "ps" else {}
+            opts.update(extra.get(chosen, {}))
             result = run_collective(graph, args.collective, chosen, size, gpus=args.gpus,
                                     slices=args.slices, reduce_compute=not args.free_reduce,
                                     **opts)
@@ -343,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated shard fractions per server (uneven, hot shards)")
     c.add_argument("--ps-overlap", action="store_true",
                    help="pull each shard as soon as it is aggregated (default: BSP phases)")
+    c.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="algorithm option, e.g. segments=16, segment_bytes=4MiB, root=3, "
+                        "inner=ring, outer=double_binary_tree (repeatable)")
     c.add_argument("--free-reduce", action="store_true",
                    help="do not charge reduction compute on the receiving device")
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")

@@ -116,3 +116,17 @@ def test_ps_rows_name_the_server_link_as_bottleneck(capsys):
     assert code == 0
     ps_line = [l for l in out.splitlines() if " ps " in l][0]
     assert "host64" in ps_line and "x" in ps_line.split()[-1]
+
+
+def test_algorithm_options_reach_the_algorithm(capsys):
+    def time_with(*opts):
+        code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=16",
+                               "--algorithm", "double_binary_tree", "--size", "64MiB",
+                               "--format", "json", *opts)
+        assert code == 0
+        return json.loads(out)[0]["time_s"]
+
+    assert time_with("--option", "segment_bytes=1MiB") < time_with("--option", "segments=2")
+    code, _, err = run_cli(capsys, "collective", "--topology", "star", "--algorithm", "ring",
+                           "--option", "segments=3", "--size", "1MiB")
+    assert code == 2 and "segments" in err
