@@ -57,6 +57,33 @@ def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
     return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
 
 
+def nics_per_machine(graph: nx.DiGraph, gpus: int) -> int:
+    """NICs of the first worker's machine, when the first ``gpus`` endpoints span machines."""
+    eps = endpoints(graph)[:gpus]
+    machines = {graph.nodes[e].get("node_index", 0) for e in eps}
+    if len(machines) < 2:
+        return 0
+    first = graph.nodes[eps[0]].get("node_index", 0)
+    return sum(1 for _n, a in graph.nodes(data=True)
+               if a.get("kind") == "nic" and a.get("node_index") == first)
+
+
+def default_options(graph: nx.DiGraph, algorithm: str, gpus: int, options: dict) -> dict:
+    """Fill the options an algorithm derives from the topology, unless the user set them.
+
+    ``local_ranks`` (ranks per machine) for hierarchical algorithms and multi-channel rings;
+    ``channels`` for the ring across machines: one ring per NIC of a machine, as NCCL opens one
+    channel per NIC so that every rail carries traffic.
+    """
+    opts = dict(options)
+    accepted = get_algorithm(algorithm).options()
+    if "local_ranks" in accepted and opts.get("local_ranks") is None:
+        opts["local_ranks"] = local_ranks(graph, gpus)
+    if "channels" in accepted and "channels" not in opts:
+        opts["channels"] = max(1, nics_per_machine(graph, gpus))
+    return opts
+
+
 def free_hosts(graph: nx.DiGraph, gpus: int | None) -> int:
     """Hosts available for dedicated parameter servers beside ``gpus`` workers."""
     eps = endpoints(graph)
@@ -98,9 +125,7 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     n = len(endpoints(graph)) if gpus is None else int(gpus)
     if n < 1:
         raise ConfigError(f"--gpus must be >= 1, got {n}")
-    algo = get_algorithm(algorithm)
-    if "local_ranks" in algo.options() and options.get("local_ranks") is None:
-        options["local_ranks"] = local_ranks(graph, n)
+    options = default_options(graph, algorithm, n, options)
     servers = int(options.get("servers", 1)) if algorithm == "ps" else 0
     dedicated = options.get("placement", "dedicated") == "dedicated"
     schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)

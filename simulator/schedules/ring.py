@@ -10,6 +10,13 @@ per phase.
 Closed form, uncontended, step-synchronous, largest chunk ``c = ceil(n/p)``:
 ``2(p-1)·(alpha + c·beta) + (p-1)·c·gamma`` for all-reduce.
 
+Channels (NCCL runs several rings at once, one per NIC or NVLink set): with ``channels = C`` the
+message is split into ``C`` parts, each all-reduced on its own ring and FIFO channel. With
+``local_ranks = L`` (ranks per machine) channel ``c`` visits each machine's ranks rotated by
+``c``, so the rank that leaves a machine, and with it the NIC the ring crosses, differs from
+channel to channel, which is how NCCL spreads inter-node rings over all NICs. Without it every
+channel follows the same cycle (parallel flows on the same links).
+
 Broadcast and reduce run as a pipeline along the chain ``root, root+1, ..., root-1`` (the ring
 with one edge unused): broadcast copies the message down the chain, reduce adds it up towards the
 root. Both take ``p-1`` whole-message steps and are efficient only when sliced (``--slices k``:
@@ -21,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Schedule, split_bytes
-from .tree import ROOTED, chain, resolve_root, tree_schedule
+from .tree import ROOTED, chain, positive_int, resolve_root, tree_schedule
 
 _PHASES = ("reduce-scatter", "all-gather")
 
@@ -35,10 +42,21 @@ def _ring_steps(p: int, first_step: int, chunk_of_rank_at_step, reduce: bool, ph
                 phase=np.full(r.shape, phase, dtype=np.int16))
 
 
-def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None) -> Schedule:
+def ring_order(p: int, channel: int, local_ranks: int | None) -> np.ndarray:
+    """Ranks in ring order for ``channel``: machines in order, each machine's ranks rotated."""
+    if not local_ranks or local_ranks >= p or p % local_ranks:
+        return np.arange(p, dtype=np.int64)
+    j = np.arange(local_ranks, dtype=np.int64)
+    nodes = np.arange(p // local_ranks, dtype=np.int64)
+    return (nodes[:, None] * local_ranks + (j[None, :] + channel) % local_ranks).ravel()
+
+
+def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
+         channels: int = 1, local_ranks: int | None = None) -> Schedule:
     """Ring reduce-scatter, all-gather, or both (all-reduce); chain broadcast and reduce."""
     p = ranks
     root = resolve_root(collective, ranks, root)
+    channels = positive_int("channels", channels)
     if collective in ROOTED:
         return tree_schedule(collective, "ring", p, size_bytes, [chain(p).rooted_at(root)])
     parts = []
@@ -47,13 +65,28 @@ def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None) 
     if collective in ("allreduce", "allgather"):
         first = p - 1 if collective == "allreduce" else 0
         parts.append(_ring_steps(p, first, lambda r, k: r - k, False, 1))
-    cols = {key: np.concatenate([part[key] for part in parts]) if p > 1
-            else np.zeros(0, dtype=parts[0][key].dtype) for key in parts[0]}
+    one = {key: np.concatenate([part[key] for part in parts]) if p > 1
+           else np.zeros(0, dtype=parts[0][key].dtype) for key in parts[0]}
+    cols: dict[str, list] = {key: [] for key in one}
+    cols["channel"] = []
+    blocks, chunk_bytes = [], []
+    for c, part_bytes in enumerate(split_bytes(size_bytes, channels)):
+        order = ring_order(p, c, local_ranks)
+        for key, value in one.items():
+            if key in ("src", "dst"):
+                value = order[value]
+            elif key == "chunk":
+                value = value + c * p
+            cols[key].append(value)
+        cols["channel"].append(np.full(len(one["src"]), c, dtype=np.int64))
+        blocks.append(order)              # position r of channel c ends owning chunk c*p + r
+        chunk_bytes.append(split_bytes(int(part_bytes), p))
+    cols = {key: np.concatenate(value) for key, value in cols.items()}
     n = len(cols["src"])
     return Schedule(collective=collective, algorithm="ring", ranks=p,
-                    chunk_bytes=split_bytes(size_bytes, p), message_chunks=p,
+                    chunk_bytes=np.concatenate(chunk_bytes), message_chunks=p * channels,
                     src=cols["src"], dst=cols["dst"], src_chunk=cols["chunk"],
                     dst_chunk=cols["chunk"].copy(), nchunks=np.ones(n, dtype=np.int64),
                     reduce=cols["reduce"], step=cols["step"], phase=cols["phase"],
-                    channel=np.zeros(n, dtype=np.int64), sync=np.zeros(n, dtype=bool),
-                    phase_names=_PHASES, block_of_chunk=np.arange(p, dtype=np.int64))
+                    channel=cols["channel"], sync=np.zeros(n, dtype=bool),
+                    phase_names=_PHASES, block_of_chunk=np.concatenate(blocks))

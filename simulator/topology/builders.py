@@ -413,7 +413,7 @@ def gpu_cluster(
         _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvlink_bw,
                      nvlink_lat, pairs, pcie_bw, pcie_lat, switches, bridge_cap, attach)
         for k in range(nics):
-            graph.add_node(f"n{i}.nic{k}", kind="nic", node_index=i)
+            graph.add_node(f"n{i}.nic{k}", kind="nic", node_index=i, local_index=k)
             ports.append(f"n{i}.nic{k}")
     for k in range(ps_count):
         _add_endpoint(graph, f"ps{k}", "host", nodes + k, 0, ps_reduce, cpu_device)

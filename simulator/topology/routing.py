@@ -11,7 +11,10 @@ Rules, in order:
    preference (its path types ``PATH_NVL < PATH_PIX < ... < PATH_NET``, NVIDIA/nccl
    ``src/graph/topo.h``), and it is what keeps two GPUs under one PCIe switch talking over their
    NVSwitch (both routes are two hops) whatever the latencies are set to.
-4. Paths still tied are equal-cost multipaths (ECMP): they are sorted and the one at index
+4. Among those, the path whose NICs match the GPU at their end wins: GPU ``j`` uses NIC ``j``
+   of its machine when both sit equally close (NCCL's GPU-NIC affinity: each GPU of a DGX
+   talks through its own rail NIC, so its rings spread over all NICs).
+5. Paths still tied are equal-cost multipaths (ECMP): they are sorted and the one at index
    ``zlib.crc32(f"{src}->{dst}".encode()) % count`` is taken, the way a switch hashes a flow onto
    one of its uplinks. The choice is the same in every run and under every ``PYTHONHASHSEED``,
    and different pairs spread over the alternatives.
@@ -91,10 +94,25 @@ class Router:
         candidates = self.shortest_paths(src, dst)
         cost = [sum(LINK_CLASS[self.graph.edges[e]["kind"]] for e in zip(p, p[1:]))
                 for p in candidates]
+        cost = [(c, self._affinity_misses(p)) for p, c in zip(candidates, cost)]
         lowest = min(cost)
         best = sorted(p for p, c in zip(candidates, cost) if c == lowest)
         chosen = best[zlib.crc32(f"{src}->{dst}".encode()) % len(best)]
         return self._make_path(chosen)
+
+    def _affinity_misses(self, nodes: tuple[str, ...]) -> int:
+        """NICs on the path whose index differs from the GPU on their machine's end."""
+        nodes_attr = self.graph.nodes
+        ends = (nodes_attr[nodes[0]], nodes_attr[nodes[-1]])
+        misses = 0
+        for n in nodes[1:-1]:
+            attrs = nodes_attr[n]
+            if attrs.get("kind") != "nic" or "local_index" not in attrs:
+                continue
+            end = ends[0] if attrs.get("node_index") == ends[0].get("node_index") else ends[1]
+            if end.get("kind") == "gpu" and end.get("local_index") != attrs["local_index"]:
+                misses += 1
+        return misses
 
     def _make_path(self, nodes: tuple[str, ...]) -> Path:
         links = tuple(zip(nodes, nodes[1:]))

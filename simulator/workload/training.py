@@ -228,9 +228,9 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
     n = len(workers)
     if n == 1 or not buckets:
         return fwd + bwd_total + optimizer_s, 0.0
-    if "local_ranks" in _algorithm_options(algorithm) and "local_ranks" not in options:
-        from ..collective import local_ranks
-        options["local_ranks"] = local_ranks(graph, n)
+    from ..collective import default_options
+
+    options = default_options(graph, algorithm, n, options)
     schedules = [make_schedule(algorithm, "allreduce", n, b.size_bytes, slices=slices, **options)
                  for b in buckets]
     state = {"busy": False, "queue": [], "ends": [], "busy_s": 0.0}
@@ -259,11 +259,6 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
     engine.run()
     comm_end = max(state["ends"])
     return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"]
-
-
-def _algorithm_options(name: str) -> list[str]:
-    from ..schedules import get_algorithm
-    return get_algorithm(name).options()
 
 
 def _transfer_schedule(kind: str, shares: np.ndarray, servers: int):
