@@ -301,6 +301,15 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+
+    frame = run_sweep(args.scenario, args.output, workers=args.workers, scheduler=args.scheduler,
+                      progress=not args.quiet)
+    print(f"{len(frame)} rows in {args.output}", file=sys.stderr)
+    return 0
+
+
 def cmd_topology(args) -> int:
     from .topology import describe, list_topologies
 
@@ -412,6 +421,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default=None,
                    help="output folder (default: out/<scenario name>)")
     r.set_defaults(func=cmd_run)
+
+    sw = sub.add_parser("sweep", help="run a scenario's sweep in parallel, resumable, to one CSV")
+    sw.add_argument("scenario", help="scenario YAML file")
+    sw.add_argument("-o", "--output", required=True, help="results CSV (resumed if it exists)")
+    sw.add_argument("--workers", type=int, default=None,
+                    help="local worker processes (default: CPU count; 1 = in-process)")
+    sw.add_argument("--scheduler", default=None,
+                    help="Dask scheduler tcp://HOST:PORT, or local to start a LocalCluster")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
 
     t = sub.add_parser("topology", help="list or show topologies")
     t.add_argument("action", choices=["list", "show"])

@@ -11,9 +11,27 @@ transfers : one row per transfer of a schedule run
 links : one row per resource (directed link or throughput-capped device)
     ``link, src, dst, kind, capacity_bytes_per_s, bytes_carried, busy_s, utilisation``
     where ``utilisation`` = bytes_carried / (capacity x span of the run).
+link timeline : one row per interval in which a resource carried traffic at a constant rate
+    ``link, src, dst, kind, capacity_bytes_per_s, start_s, end_s, rate_bytes_per_s,
+    utilisation`` where ``rate_bytes_per_s`` is the aggregate rate of all flows on the resource
+    over ``[start_s, end_s)`` and ``utilisation`` = rate / capacity (a fraction, 0 to 1).
+    Intervals of zero rate are left out (a resource is idle between its rows); rows are ordered
+    by resource (in the engine's registration order, as in ``links``), then by time; intervals
+    of one resource never overlap. Integrating ``rate_bytes_per_s x (end_s - start_s)`` over a
+    resource's rows gives its ``bytes_carried``. Needs an engine built with
+    ``record_rates=True``.
+compute : one row per piece of device work (reductions, aggregation at a PS, ...)
+    ``device, label, start_s, end_s``, in the order the work was queued. A device runs its work
+    FIFO, so the rows of one device never overlap.
+
+Names: ``link`` is ``"u->v"`` for a directed link and ``"node (device)"`` for a device that caps
+the traffic through it; ``src``/``dst`` are topology node ids (both the node, for a device).
+Times are simulated seconds from the engine's start; rates and capacities are bytes per second.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -23,6 +41,9 @@ TRANSFER_COLUMNS = ("run", "algorithm", "collective", "transfer", "step", "phase
                     "delivered_s", "done_s", "path")
 LINK_COLUMNS = ("link", "src", "dst", "kind", "capacity_bytes_per_s", "bytes_carried", "busy_s",
                 "utilisation")
+TIMELINE_COLUMNS = ("link", "src", "dst", "kind", "capacity_bytes_per_s", "start_s", "end_s",
+                    "rate_bytes_per_s", "utilisation")
+COMPUTE_COLUMNS = ("device", "label", "start_s", "end_s")
 
 
 def transfers_frame(runs) -> pd.DataFrame:
@@ -71,3 +92,63 @@ def bottleneck(links: pd.DataFrame) -> tuple[str, float]:
     ordered = links.sort_values(["utilisation", "link"], ascending=[False, True])
     top = ordered.iloc[0]
     return str(top["link"]), float(top["utilisation"])
+
+
+def link_timeline(engine) -> pd.DataFrame:
+    """Piecewise-constant aggregate rate of every resource over time (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        If the engine was built without ``record_rates=True`` (no rate history was kept).
+    """
+    net = engine.network
+    if net.rate_log is None:
+        raise ValueError("link_timeline needs the per-link rate history: build the engine with "
+                         "record_rates=True (Engine(graph, record_rates=True), "
+                         "run_collective(..., record_rates=True) or "
+                         "simulate_training(..., record_rates=True))")
+    end_of_run = float(engine.env.now)
+    columns: dict[str, list] = {name: [] for name in TIMELINE_COLUMNS}
+    for r, key in enumerate(net.keys):
+        log = net.rate_log[r]
+        if not log:
+            continue
+        arr = np.asarray(log, dtype=float)
+        starts = arr[:, 0]
+        ends = np.append(starts[1:], max(end_of_run, starts[-1]))
+        rates = arr[:, 1]
+        keep = (rates > 0) & (ends > starts)
+        count = int(keep.sum())
+        if not count:
+            continue
+        name, u, v, kind = _describe_resource(engine.graph, key)
+        cap = net.capacity[r]
+        columns["link"] += [name] * count
+        columns["src"] += [u] * count
+        columns["dst"] += [v] * count
+        columns["kind"] += [kind] * count
+        columns["capacity_bytes_per_s"] += [cap] * count
+        columns["start_s"] += starts[keep].tolist()
+        columns["end_s"] += ends[keep].tolist()
+        columns["rate_bytes_per_s"] += rates[keep].tolist()
+        columns["utilisation"] += (rates[keep] / cap).tolist()
+    frame = pd.DataFrame(columns, columns=list(TIMELINE_COLUMNS))
+    for name in ("capacity_bytes_per_s", "start_s", "end_s", "rate_bytes_per_s", "utilisation"):
+        frame[name] = frame[name].astype(float)
+    return frame
+
+
+def compute_frame(engine) -> pd.DataFrame:
+    """Device work of an engine (reductions and other compute), one row per piece of work."""
+    rows = [(str(d), str(label), float(a), float(b)) for d, label, a, b in engine.compute_log]
+    frame = pd.DataFrame(rows, columns=list(COMPUTE_COLUMNS))
+    frame["start_s"] = frame["start_s"].astype(float)
+    frame["end_s"] = frame["end_s"].astype(float)
+    return frame
+
+
+def natural_key(text) -> tuple:
+    """Sort key that orders ``host2`` before ``host10`` (digit runs compare as numbers)."""
+    parts = re.split(r"(\d+)", str(text))
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts if p)

@@ -279,30 +279,65 @@ def load_scenario(path: str) -> Scenario:
     return read_scenario(file.read_text(encoding="utf-8"), str(file), file.parent)
 
 
+def scenario_points(scenario: Scenario) -> list[tuple]:
+    """The points of the scenario's cartesian product, in a fixed order.
+
+    Collective sweeps: ``(gpus, size_bytes, algorithm)``; training: ``(model, aggregation,
+    gpus)``. A point plus the scenario identifies one result row (sweeps resume by it).
+    """
+    if scenario.training is not None:
+        from .workload.sweep import training_points
+
+        return training_points(scenario.training)
+    return list(scenario.collective.points())
+
+
+def point_key(scenario: Scenario, row: dict) -> tuple:
+    """The point a result row belongs to (inverse of :func:`scenario_points` on rows)."""
+    if scenario.training is not None:
+        return (row["model"], row["aggregation"], int(row["gpus"]))
+    gpus = None if scenario.collective.gpus == (None,) else int(row["gpus"])
+    return (gpus, int(row["size_bytes"]), row["algorithm"])
+
+
+def result_columns(scenario: Scenario) -> list[str]:
+    from .collective import RESULT_COLUMNS
+    from .workload.training import TRAINING_COLUMNS
+
+    body = list(TRAINING_COLUMNS) + ["device"] if scenario.training is not None \
+        else list(RESULT_COLUMNS)
+    return ["scenario"] + body + ["seed"]
+
+
+def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:
+    """Simulate one point of ``scenario``; return its result row (with scenario and seed)."""
+    from .collective import run_collective
+    from .topology import load_topology
+
+    graph = graph if graph is not None else load_topology(scenario.topology,
+                                                           scenario.topology_params)
+    if scenario.training is not None:
+        from .workload.sweep import run_training_point
+
+        row = run_training_point(graph, scenario.training, *point)
+    else:
+        sweep = scenario.collective
+        gpus, size, algorithm = point
+        opts = sweep.ps.as_options() if algorithm == "ps" else {}
+        row = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
+                             slices=sweep.slices, reduce_compute=not sweep.free_reduce,
+                             **opts).row
+    return {"scenario": scenario.name, **row, "seed": scenario.seed}
+
+
 def run_scenario(scenario: Scenario, progress=None) -> pd.DataFrame:
-    """Run every point of the scenario's sweep; return the results table."""
-    from .collective import RESULT_COLUMNS, run_collective
+    """Run every point of the scenario serially; return the results table."""
     from .topology import load_topology
 
     graph = load_topology(scenario.topology, scenario.topology_params)
-    if scenario.training is not None:
-        from .workload.sweep import run_training
-
-        frame = run_training(graph, scenario.training, progress)
-        frame.insert(0, "scenario", scenario.name)
-        frame["seed"] = scenario.seed
-        return frame
-    sweep = scenario.collective
     rows = []
-    for gpus, size, algorithm in sweep.points():
-        opts = sweep.ps.as_options() if algorithm == "ps" else {}
-        result = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
-                                slices=sweep.slices, reduce_compute=not sweep.free_reduce,
-                                **opts)
-        rows.append(result.row)
+    for point in scenario_points(scenario):
+        rows.append(run_point(scenario, point, graph))
         if progress:
-            progress(result.row)
-    frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
-    frame.insert(0, "scenario", scenario.name)
-    frame["seed"] = scenario.seed
-    return frame
+            progress(rows[-1])
+    return pd.DataFrame(rows, columns=result_columns(scenario))

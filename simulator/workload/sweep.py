@@ -6,6 +6,7 @@ the columns of :data:`~simulator.workload.training.TRAINING_COLUMNS` plus ``devi
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -46,27 +47,40 @@ def topology_device(graph) -> str:
     return device
 
 
-def run_training(graph, spec: TrainingSpec, progress=None) -> pd.DataFrame:
-    """Simulate every point of ``spec`` on ``graph``."""
+def training_points(spec: TrainingSpec) -> list[tuple[str, str, int]]:
+    """Every (model, aggregation, gpus) of the spec, in a fixed order."""
+    return [(m, a, n) for m in spec.models for a in spec.aggregations for n in spec.gpus]
+
+
+@functools.lru_cache(maxsize=64)
+def _profile(model_name: str, device: str, batch: int, precision: str, measured: str | None):
     from .compute import compute_profile
+
+    return compute_profile(model_name, device, batch, precision, measured_csv=measured)
+
+
+def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: str,
+                       gpus: int) -> dict:
+    """Simulate one (model, aggregation, gpus) point of ``spec``; return its result row."""
     from .models import get_model
 
     device = spec.device or topology_device(graph)
+    model = get_model(model_name)
+    profile = _profile(model_name, device, spec.batch_per_gpu, spec.precision, spec.measured_csv)
+    grads = [layer.params * GRADIENT_BYTES[spec.precision] for layer in model.layers]
+    result = simulate_training(
+        graph, profile, gpus=gpus, batch_per_gpu=spec.batch_per_gpu, aggregation=aggregation,
+        model_name=model_name, gradient_bytes=grads, precision=spec.precision,
+        bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=spec.ps)
+    return dict(result.row, device=device)
+
+
+def run_training(graph, spec: TrainingSpec, progress=None) -> pd.DataFrame:
+    """Simulate every point of ``spec`` on ``graph``."""
     rows = []
-    for model_name in spec.models:
-        model = get_model(model_name)
-        profile = compute_profile(model_name, device, spec.batch_per_gpu, spec.precision,
-                                  measured_csv=spec.measured_csv)
-        grads = [layer.params * GRADIENT_BYTES[spec.precision] for layer in model.layers]
-        for aggregation in spec.aggregations:
-            for n in spec.gpus:
-                result = simulate_training(
-                    graph, profile, gpus=n, batch_per_gpu=spec.batch_per_gpu,
-                    aggregation=aggregation, model_name=model_name, gradient_bytes=grads,
-                    precision=spec.precision, bucket_bytes=spec.bucket_bytes,
-                    overlap=spec.overlap, slices=spec.slices, ps=spec.ps)
-                row = dict(result.row, device=device)
-                rows.append(row)
-                if progress:
-                    progress(row)
+    for point in training_points(spec):
+        row = run_training_point(graph, spec, *point)
+        rows.append(row)
+        if progress:
+            progress(row)
     return pd.DataFrame(rows, columns=list(TRAINING_COLUMNS) + ["device"])

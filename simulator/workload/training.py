@@ -171,7 +171,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       model_name: str, gradient_bytes, precision: str = "fp32",
                       bucket_bytes: int = DDP_BUCKET_BYTES, overlap: bool = True,
                       slices: int = 1, ps: PsConfig | None = None,
-                      options: dict | None = None) -> TrainingResult:
+                      options: dict | None = None, record_rates: bool = False) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -189,7 +189,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap)
     workers = _placement_nodes(graph, gpus)
-    engine = Engine(graph)
+    engine = Engine(graph, record_rates=record_rates)
     staleness: list[int] = []
     if aggregation == "ps":
         ps = ps or PsConfig()
