@@ -406,3 +406,40 @@ def test_every_schedule_runs_to_completion_on_the_engine(p):
             run, _ = simulate(s, graph, hosts[: s.total_ranks])
             assert np.isfinite(run.t_done).all()
             assert (run.time_s > 0) == (s.transfer_bytes[s.src != s.dst].sum() > 0)
+
+
+def _random_schedule(data):
+    from simulator.schedules.base import ScheduleBuilder
+
+    ranks = data.draw(st.integers(1, 5))
+    chunks = data.draw(st.integers(1, 6))
+    b = ScheduleBuilder("allreduce", "random", ranks, [3] * chunks)
+    for _ in range(data.draw(st.integers(0, 30))):
+        m = data.draw(st.integers(1, chunks))
+        c1 = data.draw(st.integers(0, chunks - m))
+        c2 = data.draw(st.integers(0, chunks - m))
+        b.send(data.draw(st.integers(0, ranks - 1)), data.draw(st.integers(0, ranks - 1)), c1,
+               dst_chunk=c2, nchunks=m, reduce=data.draw(st.booleans()), step=0, phase="x")
+    return b.build()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_vectorised_dependencies_equal_the_reference_walk(data):
+    from simulator.schedules.deps import dependencies, dependencies_reference
+
+    schedule = _random_schedule(data)
+    a, b = dependencies(schedule), dependencies_reference(schedule)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("name,opts", [("ring", {"channels": 2, "local_ranks": 3}),
+                                       ("double_binary_tree", {}), ("halving_doubling", {}),
+                                       ("ps", {"servers": 2}), ("hierarchical",
+                                                                {"local_ranks": 3})])
+def test_vectorised_dependencies_on_real_schedules(name, opts):
+    from simulator.schedules.deps import dependencies, dependencies_reference
+
+    schedule = make_schedule(name, "allreduce", 6, 1000, slices=2, **opts)
+    a, b = dependencies(schedule), dependencies_reference(schedule)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
