@@ -200,8 +200,30 @@ def cmd_run(args) -> int:
     registry = TRAINING_PLOTS if training else PLOTS
     for plot in scenario.plots or tuple(registry)[:1]:
         written += registry[plot](frame, out / plot)
+    if args.trace:
+        written += _write_traces(scenario, out)
     print(f"wrote {', '.join(str(p) for p in written)}")
     return 0
+
+
+def _write_traces(scenario, out) -> list:
+    """Chrome trace, link heatmap and Gantt chart of the scenario's representative points."""
+    from .records import compute_frame, link_timeline, transfers_frame
+    from .report.plots import gantt, link_heatmap
+    from .report.trace import write_trace
+    from .scenario import simulate_point, trace_points
+    from .topology import load_topology
+
+    graph = load_topology(scenario.topology, scenario.topology_params)
+    written = []
+    for point in trace_points(scenario):
+        row, engine = simulate_point(scenario, point, graph, record_rates=True)
+        name = "_".join(str(p) for p in point if p is not None)
+        title = f"{scenario.name}: {name}"
+        written.append(write_trace(engine, out / f"trace_{name}.json", title=title))
+        written += link_heatmap(link_timeline(engine), out / f"heatmap_{name}")
+        written += gantt(transfers_frame(engine.runs), compute_frame(engine), out / f"gantt_{name}")
+    return written
 
 
 def format_training_table(frame: pd.DataFrame) -> str:
@@ -420,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("scenario", help="scenario YAML file (see scenarios/)")
     r.add_argument("-o", "--output", default=None,
                    help="output folder (default: out/<scenario name>)")
+    r.add_argument("--trace", action="store_true",
+                   help="also write Chrome traces (Perfetto), link heatmaps and Gantt charts of "
+                        "each algorithm at one representative point")
     r.set_defaults(func=cmd_run)
 
     sw = sub.add_parser("sweep", help="run a scenario's sweep in parallel, resumable, to one CSV")

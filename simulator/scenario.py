@@ -309,8 +309,12 @@ def result_columns(scenario: Scenario) -> list[str]:
     return ["scenario"] + body + ["seed"]
 
 
-def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:
-    """Simulate one point of ``scenario``; return its result row (with scenario and seed)."""
+def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: bool = False):
+    """Simulate one point of ``scenario``; return ``(row, engine)``.
+
+    The row carries the scenario name and seed; the engine holds the records (transfers,
+    compute, and with ``record_rates`` the per-link rate timeline for traces and heatmaps).
+    """
     from .collective import run_collective
     from .topology import load_topology
 
@@ -319,15 +323,39 @@ def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:
     if scenario.training is not None:
         from .workload.sweep import run_training_point
 
-        row = run_training_point(graph, scenario.training, *point)
+        result = run_training_point(graph, scenario.training, *point,
+                                    record_rates=record_rates)
     else:
         sweep = scenario.collective
         gpus, size, algorithm = point
         opts = sweep.ps.as_options() if algorithm == "ps" else {}
-        row = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
-                             slices=sweep.slices, reduce_compute=not sweep.free_reduce,
-                             **opts).row
-    return {"scenario": scenario.name, **row, "seed": scenario.seed}
+        result = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
+                                slices=sweep.slices, reduce_compute=not sweep.free_reduce,
+                                record_rates=record_rates, **opts)
+    return {"scenario": scenario.name, **result.row, "seed": scenario.seed}, result.engine
+
+
+def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:
+    """Simulate one point of ``scenario``; return its result row (with scenario and seed)."""
+    return simulate_point(scenario, point, graph)[0]
+
+
+def trace_points(scenario: Scenario) -> list[tuple]:
+    """The points ``clustersim run --trace`` records in detail: every algorithm (or aggregation)
+    at one representative setting, so traces stay small enough to open.
+
+    Collective sweeps: each algorithm at the median size and the largest GPU count; training:
+    each (model, aggregation) at the largest GPU count.
+    """
+    points = scenario_points(scenario)
+    if scenario.training is not None:
+        top = max(p[2] for p in points)
+        return [p for p in points if p[2] == top]
+    sizes = sorted({p[1] for p in points})
+    size = sizes[(len(sizes) - 1) // 2]
+    gpus = [p[0] for p in points]
+    top = None if None in gpus else max(gpus)
+    return [p for p in points if p[1] == size and p[0] == top]
 
 
 def run_scenario(scenario: Scenario, progress=None) -> pd.DataFrame:

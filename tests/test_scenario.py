@@ -79,3 +79,19 @@ def test_packaged_scenarios_validate():
 
     for path in sorted(Path(__file__).parent.parent.joinpath("scenarios").glob("*.yaml")):
         load_scenario(str(path))
+
+
+def test_run_with_trace_writes_valid_trace_heatmap_and_gantt(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(GOOD)
+    out = tmp_path / "out"
+    assert main(["run", str(path), "-o", str(out), "--trace"]) == 0
+    traces = sorted(out.glob("trace_*.json"))
+    assert [t.name for t in traces] == ["trace_8_1048576_ps.json", "trace_8_1048576_ring.json"]
+    for trace in traces:
+        doc = json.loads(trace.read_text())
+        assert {e["ph"] for e in doc["traceEvents"]} >= {"M", "X", "C"}
+    assert len(list(out.glob("heatmap_*.png"))) == 2 and len(list(out.glob("gantt_*.png"))) == 2
+    assert oct((out / "results.csv").stat().st_mode & 0o777) != "0o600"

@@ -60,8 +60,9 @@ def _profile(model_name: str, device: str, batch: int, precision: str, measured:
 
 
 def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: str,
-                       gpus: int) -> dict:
-    """Simulate one (model, aggregation, gpus) point of ``spec``; return its result row."""
+                       gpus: int, record_rates: bool = False):
+    """Simulate one (model, aggregation, gpus) point of ``spec``; return its TrainingResult
+    with ``device`` added to the row."""
     from .models import get_model
 
     device = spec.device or topology_device(graph)
@@ -71,15 +72,17 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     result = simulate_training(
         graph, profile, gpus=gpus, batch_per_gpu=spec.batch_per_gpu, aggregation=aggregation,
         model_name=model_name, gradient_bytes=grads, precision=spec.precision,
-        bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=spec.ps)
-    return dict(result.row, device=device)
+        bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=spec.ps,
+        record_rates=record_rates)
+    result.row = dict(result.row, device=device)
+    return result
 
 
 def run_training(graph, spec: TrainingSpec, progress=None) -> pd.DataFrame:
     """Simulate every point of ``spec`` on ``graph``."""
     rows = []
     for point in training_points(spec):
-        row = run_training_point(graph, spec, *point)
+        row = run_training_point(graph, spec, *point).row
         rows.append(row)
         if progress:
             progress(row)

@@ -1,0 +1,200 @@
+"""Measured against simulated: every measured point simulated, errors per point and per band.
+
+:func:`compare` takes collective points in the measurement schema
+(:mod:`simulator.measure.schema`: from a CSV, an nccl-tests log, or made in code) and a topology,
+simulates each point alone on the topology with the same collective, rank count, size and
+algorithm (``auto``, the library's own choice, becomes the simulator's tuner choice,
+:func:`simulator.tuner.choose_algorithm`), and returns one row per point with
+
+``measured_time_us``, ``simulated_time_us``
+    the measured out-of-place time and the simulated time;
+``error_pct`` = (simulated - measured) / measured x 100, ``abs_error_pct``
+    positive when the simulator is slower (pessimistic) than the machine;
+``measured_busbw_GBps``, ``simulated_busbw_GBps``, ``simulated_algorithm``, ``bottleneck_link``,
+``size_band``
+    for plots and reading.
+
+:func:`summarise` turns the points into mean absolute percentage error (MAPE) tables: by size
+band (:data:`SIZE_BANDS`: latency-bound ``<64KiB``, mixed ``64KiB-1MiB``, bandwidth-bound
+``>=1MiB``), by GPU count, by algorithm, and overall. Identical points (the same collective,
+algorithm, rank count and size, e.g. repeated runs) are simulated once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .errors import ClusterSimError, ConfigError
+from .measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame
+
+__all__ = ["POINT_COLUMNS", "SIZE_BANDS", "compare", "mape_failures", "size_band", "summarise"]
+
+#: Size bands, (label, lower bound inclusive, upper bound exclusive) in bytes.
+SIZE_BANDS = (("<64KiB", 0, 64 * 2**10), ("64KiB-1MiB", 64 * 2**10, 2**20),
+              (">=1MiB", 2**20, math.inf))
+
+_KEYS = ("source", "topology", "collective", "algorithm", "gpus", "size_bytes")
+#: Columns of :func:`compare`'s result, in order (the measured file's optional columns follow).
+POINT_COLUMNS = _KEYS + ("simulated_algorithm", "size_band", "measured_time_us",
+                         "simulated_time_us", "error_pct", "abs_error_pct",
+                         "measured_busbw_GBps", "simulated_busbw_GBps", "bottleneck_link")
+_SUMMARY_COLUMNS = ("points", "mape_pct", "median_ape_pct", "max_ape_pct", "bias_pct")
+
+
+def size_band(size_bytes: int) -> str:
+    """The :data:`SIZE_BANDS` label of a message size in bytes."""
+    for label, low, high in SIZE_BANDS:
+        if low <= size_bytes < high:
+            return label
+    raise ConfigError(f"size_bytes must be >= 0, got {size_bytes}")
+
+
+def _where(measured: pd.DataFrame, i: int) -> str:
+    origin = measured.attrs.get("origin", "measured points")
+    lines = measured.attrs.get("lines")
+    if lines is not None and len(lines) == len(measured) and lines[i] is not None:
+        return f"{origin}:{lines[i]}"
+    return f"{origin}, row {i + 1}"
+
+
+def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
+            algorithm_override: str | None = None, options: dict | None = None,
+            reduce_compute: bool = True, cache: dict | None = None) -> pd.DataFrame:
+    """Simulate every measured point on ``graph`` and return measured vs simulated per point.
+
+    Parameters
+    ----------
+    measured : pandas.DataFrame
+        Collective points with :data:`~simulator.measure.schema.COLLECTIVE_COLUMNS`.
+    graph : networkx.DiGraph
+        The topology to simulate on (every point runs alone, on its first ``gpus`` endpoints).
+    slices : int
+        Pipelining slices per transfer (1: step-synchronous, the simulator's default).
+    algorithm_override : str, optional
+        Simulate this algorithm (or ``auto``) for every point instead of each point's own.
+    options : dict, optional
+        Algorithm options by algorithm name, e.g. ``{"ring": {"channels": 8}}``; passed to the
+        points that run that algorithm.
+    reduce_compute : bool
+        Charge reduction compute on the receiving device (default, as the CLI does).
+    cache : dict, optional
+        Simulations by point, shared between calls on the same graph (a fresh dict by default).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`POINT_COLUMNS`, then the measured file's optional columns that hold a value.
+
+    Raises
+    ------
+    ConfigError
+        For a point the topology cannot run (more GPUs than endpoints, an algorithm without the
+        collective), naming the file and line of the point.
+    """
+    from .collective import run_collective
+    from .tuner import choose_algorithm
+
+    check_frame(measured, COLLECTIVE_COLUMNS)
+    if slices < 1:
+        raise ConfigError(f"slices must be >= 1, got {slices}")
+    options = options or {}
+    cache = {} if cache is None else cache
+    chosen: dict = {}
+    rows = []
+    for i, point in enumerate(measured.itertuples(index=False)):
+        algorithm = algorithm_override or point.algorithm
+        collective, gpus, size = point.collective, int(point.gpus), int(point.size_bytes)
+        try:
+            if algorithm == "auto":
+                key = (collective, gpus, size)
+                if key not in chosen:
+                    chosen[key] = choose_algorithm(graph, collective, size, gpus=gpus)
+                algorithm_run = chosen[key]
+            else:
+                algorithm_run = algorithm
+            key = (collective, algorithm_run, gpus, size, slices, reduce_compute)
+            if key not in cache:
+                cache[key] = run_collective(graph, collective, algorithm_run, size, gpus=gpus,
+                                            slices=slices, reduce_compute=reduce_compute,
+                                            **options.get(algorithm_run, {})).row
+            sim = cache[key]
+        except ClusterSimError as exc:
+            raise type(exc)(f"{_where(measured, i)}: {collective} {algorithm} on {gpus} GPUs, "
+                            f"{size} bytes: {exc}") from None
+        meas_us = float(point.time_us)
+        sim_us = float(sim["time_us"])
+        error = (sim_us - meas_us) / meas_us * 100.0
+        rows.append({
+            "source": point.source, "topology": point.topology or sim["topology"],
+            "collective": collective, "algorithm": point.algorithm, "gpus": gpus,
+            "size_bytes": size,
+            "simulated_algorithm": algorithm_run if algorithm == algorithm_run
+            else f"{algorithm}:{algorithm_run}",
+            "size_band": size_band(size), "measured_time_us": meas_us,
+            "simulated_time_us": sim_us, "error_pct": error, "abs_error_pct": abs(error),
+            "measured_busbw_GBps": float(point.busbw_GBps),
+            "simulated_busbw_GBps": float(sim["busbw_GBps"]),
+            "bottleneck_link": sim["bottleneck_link"],
+        })
+    frame = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
+    extra = [c for c in COLLECTIVE_OPTIONAL if c in measured.columns
+             and measured[c].replace("", np.nan).notna().any()]
+    for column in extra:
+        frame[column] = measured[column].to_numpy()
+    frame.attrs.update(origin=measured.attrs.get("origin", ""),
+                       topology=graph.graph.get("name", ""))
+    return frame
+
+
+def _table(points: pd.DataFrame, by: str | None) -> pd.DataFrame:
+    def stats(group: pd.DataFrame) -> dict:
+        ape = group["abs_error_pct"]
+        return {"points": len(group), "mape_pct": ape.mean(), "median_ape_pct": ape.median(),
+                "max_ape_pct": ape.max(), "bias_pct": group["error_pct"].mean()}
+
+    if by is None:
+        return pd.DataFrame([{"group": "all", **stats(points)}],
+                            columns=["group", *_SUMMARY_COLUMNS])
+    keys = list(dict.fromkeys(points[by]))
+    if by == "size_band":
+        order = [label for label, _, _ in SIZE_BANDS]
+        keys = [k for k in order if k in keys]
+    else:
+        keys = sorted(keys)
+    rows = [{by: key, **stats(points[points[by] == key])} for key in keys]
+    return pd.DataFrame(rows, columns=[by, *_SUMMARY_COLUMNS])
+
+
+def summarise(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """MAPE tables of :func:`compare`'s points.
+
+    Returns
+    -------
+    dict of str to pandas.DataFrame
+        ``"size_band"``, ``"gpus"``, ``"algorithm"`` (by ``simulated_algorithm``) and
+        ``"overall"``; each row has ``points``, ``mape_pct`` (mean of abs_error_pct),
+        ``median_ape_pct``, ``max_ape_pct`` and ``bias_pct`` (mean signed error: > 0 means the
+        simulator is slower than the machine).
+    """
+    check_frame(points, ("size_band", "gpus", "simulated_algorithm", "error_pct",
+                         "abs_error_pct"), "compared points")
+    return {"size_band": _table(points, "size_band"), "gpus": _table(points, "gpus"),
+            "algorithm": _table(points, "simulated_algorithm"),
+            "overall": _table(points, None)}
+
+
+def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float) -> list[str]:
+    """One message per size band (and overall) whose MAPE exceeds ``max_mape_pct``."""
+    failures = []
+    for row in summary["size_band"].itertuples(index=False):
+        if row.mape_pct > max_mape_pct:
+            failures.append(f"size band {row.size_band}: MAPE {row.mape_pct:.1f}% > "
+                            f"{max_mape_pct:g}% ({row.points} points)")
+    overall = summary["overall"].iloc[0]
+    if overall["mape_pct"] > max_mape_pct:
+        failures.append(f"overall: MAPE {overall['mape_pct']:.1f}% > {max_mape_pct:g}% "
+                        f"({overall['points']} points)")
+    return failures
