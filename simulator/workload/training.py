@@ -211,7 +211,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         "throughput_samples_s": throughput, "per_gpu_samples_s": throughput / gpus,
         "speedup": speedup, "efficiency": speedup / gpus, "compute_s": compute_s,
         "exposed_comm_s": exposed, "comm_busy_s": comm_busy,
-        "overlap": (1.0 - exposed / comm_busy) if comm_busy > 0 else 1.0,
+        "overlap": min(1.0, max(0.0, 1.0 - exposed / comm_busy)) if comm_busy > 0 else 1.0,
         "bottleneck_link": link, "bottleneck_utilisation": util,
         "ps_servers": server_count(graph, workers, ps) if ps else 0, "ps_placement": ps.placement if ps else "",
         "consistency": ps.consistency if ps else "bsp",
@@ -308,7 +308,7 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     starts = [[] for _ in range(n)]
     ends = [[] for _ in range(n)]
     waiting: list[int] = []
-    busy = [0.0] * n
+    intervals: list[list[tuple[float, float]]] = [[] for _ in range(n)]
 
     def may_start(w, it):
         if k_bound is None or it == 0:
@@ -329,7 +329,7 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
         run.done_event.callbacks.append(lambda _e: pulled(w, it, t0))
 
     def pulled(w, it, t0):
-        busy[w] += engine.env.now - t0
+        intervals[w].append((t0, engine.env.now))
         pulled_version[w] = version[0]
         t_fwd = engine.env.now + fwd
         remaining = {"left": len(push_schedules)}
@@ -345,7 +345,7 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
         run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
 
     def pushed_bucket(w, it, t0, remaining):
-        busy[w] += engine.env.now - t0
+        intervals[w].append((t0, engine.env.now))
         remaining["left"] -= 1
         if remaining["left"] == 0:
             staleness.append(version[0] - pulled_version[w])
@@ -375,4 +375,16 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     if not spans:
         raise ConfigError("PS run produced no complete iterations")
     iteration_s = float(np.mean(spans))
-    return iteration_s, float(np.mean(busy)) / iters
+    busy = [union_length(iv) / len(starts[w]) for w, iv in enumerate(intervals) if starts[w]]
+    return iteration_s, float(np.mean(busy))
+
+
+def union_length(intervals) -> float:
+    """Total length covered by possibly overlapping ``(start, end)`` intervals."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
