@@ -307,7 +307,8 @@ def cmd_train(args) -> int:
         bucket_bytes=parse_size(args.bucket, what="--bucket"), overlap=not args.no_overlap,
         slices=args.slices,
         ps=PsConfig(servers=_servers(args.ps_servers), placement=args.ps_placement,
-                    sharding=args.ps_sharding, staleness=_consistency(args.consistency)),
+                    sharding=args.ps_sharding, staleness=_consistency(args.consistency),
+                    local_aggregation=args.ps_local_aggregation),
         measured_csv=args.compute)
     frame = run_training(graph, spec)
     if args.format == "table":
@@ -431,6 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--ps-sharding", choices=["round_robin", "greedy", "even"],
                     default="round_robin")
     tr.add_argument("--consistency", default="bsp", help="bsp, ssp:K or async (PS only)")
+    tr.add_argument("--ps-local-aggregation", action="store_true",
+                    help="reduce inside each machine first, one push/pull per machine "
+                         "(TensorFlow distributed_replicated)")
     tr.add_argument("--compute", default=None, metavar="CSV",
                     help="measured per-layer times (clustersim measure kernels) instead of the "
                          "roofline model")
@@ -465,6 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("algorithms", help="list registered algorithms")
     a.set_defaults(func=cmd_algorithms)
+    from .measure.cli import add_measure_parser
+    add_measure_parser(sub)
+    from .compare_cli import add_compare_parsers
+    add_compare_parsers(sub)
     return parser
 
 

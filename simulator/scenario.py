@@ -44,7 +44,8 @@ PS_KEYS = ("servers", "placement", "shards", "overlap")
 REPORT_KEYS = ("plots",)
 TRAINING_KEYS = ("models", "batch_per_gpu", "gpus", "aggregations", "precision", "device",
                  "bucket", "overlap", "slices", "ps", "compute")
-TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations")
+TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations",
+                    "local_aggregation")
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,9 @@ def _training_ps(data, where: Where):
         sharding=_choice(data.get("sharding", "round_robin"), where, path + ("sharding",),
                          ("round_robin", "greedy", "even")),
         staleness=staleness,
-        iterations=_int(data.get("iterations", 4), where, path + ("iterations",), 2))
+        iterations=_int(data.get("iterations", 4), where, path + ("iterations",), 2),
+        local_aggregation=_bool(data.get("local_aggregation", False), where,
+                                path + ("local_aggregation",)))
 
 
 def _training(data, where: Where, base_dir: Path | None):

@@ -59,6 +59,8 @@ class PsConfig:
     sharding: str = "round_robin"     # round_robin (TF default) | greedy | even
     staleness: int | None = 0         # 0 = BSP, k = SSP(k), None = asynchronous
     iterations: int = 4               # iterations simulated (the first is warm-up)
+    local_aggregation: bool = False   # reduce inside each machine first (TF
+    #                                   distributed_replicated): one push/pull per machine
 
     @property
     def consistency(self) -> str:
@@ -274,9 +276,29 @@ def _transfer_schedule(kind: str, shares: np.ndarray, servers: int):
     return b.build()
 
 
+def _groups(graph, workers: list[str], local: bool) -> list[list[str]]:
+    """PS clients: every GPU alone, or (local aggregation) the GPUs of each machine together."""
+    if not local:
+        return [[w] for w in workers]
+    by_machine: dict[int, list[str]] = {}
+    for w in workers:
+        by_machine.setdefault(graph.nodes[w].get("node_index", 0), []).append(w)
+    return list(by_machine.values())
+
+
+#: Pipelining of the intra-machine reduce and broadcast of local aggregation.
+LOCAL_SEGMENTS = 4
+
+
 def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, staleness):
-    """Parameter servers with bounded staleness; returns (iteration_s, comm busy per worker)."""
-    n, servers = len(workers), server_count(graph, workers, ps)
+    """Parameter servers with bounded staleness; returns (iteration_s, comm busy per client).
+
+    A *client* is one GPU, or with ``local_aggregation`` one machine: its GPUs first reduce each
+    bucket onto the machine's first GPU (a pipelined binary tree), which pushes it; after the
+    pull, that GPU broadcasts the parameters to the others.
+    """
+    groups = _groups(graph, workers, ps.local_aggregation)
+    n, servers = len(groups), server_count(graph, workers, ps)
     server_nodes = _server_nodes(graph, workers, ps, servers)
     if ps.sharding == "even":
         owner = None
@@ -299,6 +321,20 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     model_shares = shares_of(range(len(grad)))
     push_schedules = [_transfer_schedule("push", shares_of(b.layers), servers) for b in buckets]
     pull_schedule = _transfer_schedule("pull", model_shares, servers)
+    local_size = {len(g) for g in groups if len(g) > 1}
+    local_reduce = {(L, k): make_schedule("tree", "reduce", L, b.size_bytes,
+                                          segments=LOCAL_SEGMENTS)
+                    for L in local_size for k, b in enumerate(buckets)}
+    local_bcast = {L: make_schedule("tree", "broadcast", L, int(model_shares.sum()),
+                                    segments=LOCAL_SEGMENTS) for L in local_size}
+
+    def then(schedule, nodes, label, fn):
+        """Run ``schedule`` on ``nodes`` (skipped for a single GPU), then call ``fn()``."""
+        if schedule is None or len(nodes) < 2:
+            fn()
+            return
+        run = engine.launch(schedule, nodes, label=label)
+        run.done_event.callbacks.append(lambda _e: fn())
     bwd_total = sum(l.backward_s for l in profile.layers)
     iters = max(2, ps.iterations)
     k_bound = ps.staleness
@@ -323,10 +359,12 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
             waiting.append(w)
             return
         starts[w].append(engine.env.now)
-        placement = [workers[w]] + server_nodes
+        placement = [groups[w][0]] + server_nodes
         t0 = engine.env.now
         run = engine.launch(pull_schedule, placement, label=f"pull w{w} it{it}")
-        run.done_event.callbacks.append(lambda _e: pulled(w, it, t0))
+        run.done_event.callbacks.append(
+            lambda _e: then(local_bcast.get(len(groups[w])), groups[w], f"bcast w{w} it{it}",
+                            lambda: pulled(w, it, t0)))
 
     def pulled(w, it, t0):
         intervals[w].append((t0, engine.env.now))
@@ -339,10 +377,14 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
             engine.call_at(t_fwd + bwd_total, lambda: iteration_done(w, it))
 
     def push(w, it, k, remaining):
-        placement = [workers[w]] + server_nodes
         t0 = engine.env.now
-        run = engine.launch(push_schedules[k], placement, label=f"push w{w} it{it} b{k}")
-        run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
+
+        def send():
+            placement = [groups[w][0]] + server_nodes
+            run = engine.launch(push_schedules[k], placement, label=f"push w{w} it{it} b{k}")
+            run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
+
+        then(local_reduce.get((len(groups[w]), k)), groups[w], f"reduce w{w} it{it} b{k}", send)
 
     def pushed_bucket(w, it, t0, remaining):
         intervals[w].append((t0, engine.env.now))
