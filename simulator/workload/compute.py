@@ -14,30 +14,37 @@ The roofline model
 Every layer runs as one kernel forward and, backward, as two when it has parameters (an input
 gradient and a weight gradient; the first layer has no input gradient) or one otherwise. Its time
 is the roofline of Williams, Waterman & Patterson (CACM 2009) with achieved, not peak, rates,
-plus a fixed per-kernel overhead::
+plus a fixed per-kernel overhead (launch and framework dispatch)::
 
     t = max(FLOPs / (peak * efficiency * q),  bytes / (bandwidth * memory_efficiency))
         + kernels * kernel_overhead_s
 
 * **FLOPs**: the layer's forward FLOPs times the batch (backward: twice that, weight and input
-  gradients; once for the first layer). On a GPU in fp32, a convolution whose counts imply a 3x3
-  or 5x5 kernel at stride 1 runs a Winograd algorithm (Lavin & Gray 2016, "Fast Algorithms for
-  Convolutional Neural Networks", CVPR; in cuDNN since 5.1 as ``WINOGRAD_NONFUSED``), which does
-  the same work with :data:`FAST_CONV_SPEEDUP` times fewer multiplies. Tensor-core (fp16/amp)
-  convolutions are implicit GEMMs and get no such factor.
+  gradients; once for the first layer). On a GPU's CUDA cores, a convolution whose counts imply
+  a 3x3 or 5x5 kernel at stride 1 runs a Winograd algorithm (Lavin & Gray 2016, "Fast Algorithms
+  for Convolutional Neural Networks", CVPR; cuDNN 5.1's ``WINOGRAD_NONFUSED``), doing the same
+  work with :data:`FAST_CONV_SPEEDUP` times fewer multiplies. Tensor-core (fp16/amp on Volta and
+  later) convolutions are implicit GEMMs and get no such factor. The kernel is inferred from
+  the counts (see :func:`_kernel_area`), since a layer row does not carry it.
 * **q, GEMM quantization** (GPUs only): a convolution or linear layer is a GEMM of
   ``M = batch x output positions`` rows by ``N = output channels`` columns, cut into
-  :data:`GEMM_TILE` tiles; partially filled tiles (*tile quantization*) and a last partial wave
-  of tiles over the device's multiprocessors (*wave quantization*) waste the rest. Both as in
-  NVIDIA's "Matrix Multiplication Background User's Guide" (Deep Learning Performance
-  documentation). Channel counts like Inception's 80, 160 or 192 pay for it; ResNet's powers of
-  two do not.
+  :data:`GEMM_TILE` tiles. Columns are whole tiles, so a partly filled last column tile wastes
+  the rest (*tile quantization*: Inception's 80, 160 or 192 channels pay for it, ResNet's powers
+  of two do not), and a GEMM with fewer tiles than the device holds at once leaves
+  multiprocessors idle: occupancy ``min(1, tiles / (SMs x 2))``, where a GEMM whose reduction
+  ``K`` exceeds ``M`` is split along ``K`` into ``K / M`` pieces first (split-K, as cuBLAS does
+  for skinny products such as a classifier at a small batch). Both follow NVIDIA's "Matrix
+  Multiplication Background User's Guide" (Deep Learning Performance documentation). Its *wave*
+  quantization (a last, partial wave of tiles) is left out: it would make throughput fall at
+  some batch increments, and libraries pick tile shapes to avoid it. With a fixed per-sample
+  cost and these terms, per-sample throughput never falls as the batch grows.
 * **bytes**: input activations (the previous layer's output) + output activations, times the
   batch, plus the parameters; backward moves about twice that (it reads the output gradient, the
   saved input and the weights, and writes the input and weight gradients). The attention core
-  makes :data:`MEMORY_PASSES` passes over its score matrix (written by ``Q K^T``, read and written
-  by softmax and by dropout, read by ``P V``). Embeddings move only the rows they gather. Precision ``"fp16"``/``"amp"`` halves activation, parameter and
-  gradient bytes and uses the device's fp16 tensor peak with ``tensor_efficiency``.
+  makes :data:`MEMORY_PASSES` passes (``Q K^T``, softmax, dropout and ``P V`` each touch the
+  score matrix). Embeddings move only the rows they gather. Precision ``"fp16"``/``"amp"``
+  halves activation, parameter and gradient bytes and uses the device's fp16 peak with
+  ``tensor_efficiency``.
 * **optimizer**: memory-bound, ``params * OPTIMIZER_BYTES_PER_PARAM[optimizer] / (bandwidth *
   memory_efficiency)``. SGD with momentum reads the parameter, the gradient and the momentum and
   writes the momentum and the parameter: 5 x 4 = 20 bytes per parameter; Adam reads the parameter,
@@ -50,9 +57,10 @@ throughput we have for it (``tests/data/single_gpu_throughput.csv``), or, for de
 measurements, assumed from documented typical fractions. Each entry's ``source`` says which.
 
 What the model does not see: the sample read by the first layer, concatenations (free in the
-layer tables), dropout, host-side input pipelines and framework overheads beyond one kernel
-launch; a framework that fuses kernels beats it and one that runs many small kernels per layer
-loses to it.
+layer tables), dropout outside attention, heads missing from a layer table (BERT pre-training's
+masked-LM head adds about 4 % to BERT-base at 128 tokens), host-side input pipelines, and
+framework overheads beyond one per kernel; a framework that fuses kernels beats it and one that
+runs many small kernels per layer loses to it.
 
 Measured profiles
 -----------------
@@ -161,7 +169,10 @@ class DeviceEfficiency:
     kernel_overhead_s : float
         Fixed time per kernel: launch plus framework dispatch, seconds.
     multiprocessors : int or None
-        Streaming multiprocessors (GPU) for wave quantization; None: no GEMM quantization (CPUs).
+        Streaming multiprocessors (GPU), for GEMM occupancy; None: no GEMM quantization (CPUs).
+    tensor_cores : bool
+        fp16 runs on tensor cores (implicit-GEMM convolutions, no Winograd); without them fp16
+        runs on the CUDA cores like fp32 and keeps Winograd.
     source : str
         What the numbers were fitted to, with the fit's errors, or what they assume.
     """
@@ -171,6 +182,7 @@ class DeviceEfficiency:
     memory_efficiency: float
     kernel_overhead_s: float
     multiprocessors: int | None
+    tensor_cores: bool
     source: str
 
     def __post_init__(self):
@@ -203,62 +215,68 @@ PRECISIONS: dict[str, _Precision] = {
 #: Memory traffic of one optimizer step, bytes per parameter (see the module notes).
 OPTIMIZER_BYTES_PER_PARAM: dict[str, int] = {"sgd": 12, "sgd_momentum": 20, "adam": 28}
 
-#: GEMM tile (rows M, columns N) for tile and wave quantization: cuBLAS/cuDNN's common 128x128
-#: CTA tile, two resident per multiprocessor.
+#: GEMM tile (rows M, columns N) for tile quantization and occupancy: cuBLAS/cuDNN's common
+#: 128x128 CTA tile, two resident per multiprocessor.
 GEMM_TILE = (128, 128)
 GEMM_CTAS_PER_MULTIPROCESSOR = 2
 
 #: Multiply reduction realised by Winograd convolution, by kernel area (3x3, 5x5), fp32 on GPUs.
 #: F(4x4, 3x3) needs 36 multiplies for 144 direct ones (4x) and F(2x2, 5x5) 36 for 100 (2.8x)
-#: (Lavin & Gray 2016); transforms cost part of that, so 3x is used for both.
+#: (Lavin & Gray 2016); transforms cost part of that. 3x for both fitted the K80 and P100 rows
+#: better than 2.25x (F(2x2, 3x3)); without it VGG16 on the P100 would exceed the fp32 peak
+#: (its published 154 img/s is 1.35x the peak in direct-convolution FLOPs).
 FAST_CONV_SPEEDUP: dict[int, float] = {9: 3.0, 25: 3.0}
 
 #: Passes over (input + output) for layer kinds that run several memory-bound kernels; other kinds
-#: make one. How many passes a framework really makes over a batch norm (statistics, normalise,
-#: a separate ReLU, or one fused kernel) is left to the per-device ``memory_efficiency``.
-MEMORY_PASSES: dict[str, float] = {"attention": 3.0}
+#: make one. Attention: Q K^T writes the scores, softmax reads and writes them, dropout reads
+#: them and writes the result and its mask, P V reads them. How many passes a framework makes
+#: over a batch norm (statistics, normalise, a separate ReLU, or one fused kernel) is left to the
+#: per-device ``memory_efficiency``.
+MEMORY_PASSES: dict[str, float] = {"attention": 5.0}
 
 
 # --------------------------------------------------------------------------------------------
 # Per-device achieved efficiencies
 # --------------------------------------------------------------------------------------------
 
-_V100 = dict(compute_efficiency=0.80, tensor_efficiency=0.45, memory_efficiency=0.90,
-             kernel_overhead_s=5e-6)
+_V100 = dict(compute_efficiency=0.64, tensor_efficiency=0.43, memory_efficiency=0.90,
+             kernel_overhead_s=5e-6, tensor_cores=True)
 
-#: One entry per device preset; each ``source`` says what it was fitted to or assumes. The fits
-#: minimise the largest relative error of single-GPU throughput over all rows of a device in
-#: ``tests/data/single_gpu_throughput.csv`` at once (a grid over the four numbers, rounded).
+#: One entry per device preset; each ``source`` says what it was fitted to or assumes. A fit
+#: minimises the largest relative error of single-GPU throughput over all the device's rows in
+#: ``tests/data/single_gpu_throughput.csv`` at once (a grid over the numbers, then rounded).
 #: Errors are simulated / published - 1.
 DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
-    # TF-2017 rows run TensorFlow's unfused batch norm and separate ReLU kernels, hence memory
-    # fractions far below STREAM; the low K80 compute fraction matches K80 autoboost running well
-    # below its 875 MHz boost clock under sustained load.
+    # The TF-2017 rows run TensorFlow's unfused batch norm and a separate ReLU kernel, hence
+    # memory fractions far below STREAM's; the low K80 compute fraction matches K80 autoboost
+    # running well below its 875 MHz boost clock under sustained load.
     "k80-gk210": DeviceEfficiency(
-        0.34, 0.34, 0.25, 10e-6, 13,
-        "Fitted to the 5 TF-2017 tf_cnn_benchmarks single-GPU K80 rows (AWS p2.8xlarge, "
-        "synthetic data, one GK210 die): InceptionV3 bs64 +10.4 %, ResNet-50 bs64 -8.6 %, "
-        "ResNet-152 bs32 +1.1 %, AlexNet bs512 -10.8 %, VGG16 bs32 -7.2 %. No fp16 arithmetic "
-        "(tensor_efficiency repeats compute_efficiency). 13 SMX per GK210 (2496 cores / 192)."),
+        compute_efficiency=0.33, tensor_efficiency=0.33, memory_efficiency=0.25,
+        kernel_overhead_s=10e-6, multiprocessors=13, tensor_cores=False,
+        source="Fitted to the 5 TF-2017 tf_cnn_benchmarks single-GPU K80 rows (AWS p2.8xlarge, "
+        "synthetic data, one GK210 die): InceptionV3 bs64 +13.0 %, ResNet-50 bs64 -8.0 %, "
+        "ResNet-152 bs32 +3.0 %, AlexNet bs512 -12.4 %, VGG16 bs32 +0.4 %. No fp16 arithmetic. "
+        "13 SMX per GK210 (2496 cores / 192 per SMX)."),
     "p100-sxm2-16gb": DeviceEfficiency(
-        0.72, 0.72, 0.35, 10e-6, 56,
-        "Fitted to the 9 TF-2017 tf_cnn_benchmarks single-GPU DGX-1 P100 rows (synthetic "
-        "data): InceptionV3 bs64 +8.5 % / bs32 -3.3 %, ResNet-50 bs64 -0.8 % / bs32 +1.6 %, "
-        "ResNet-152 bs64 +2.4 % / bs32 +6.2 %, AlexNet bs512 -9.5 %, VGG16 bs64 +10.8 % / bs32 "
-        "+3.4 %. tensor_efficiency (fp16 without tensor cores) assumed equal to fp32's. 56 SMs "
-        "(Tesla P100 whitepaper)."),
+        compute_efficiency=0.61, tensor_efficiency=0.61, memory_efficiency=0.30,
+        kernel_overhead_s=10e-6, multiprocessors=56, tensor_cores=False,
+        source="Fitted to the 9 TF-2017 tf_cnn_benchmarks single-GPU DGX-1 P100 rows "
+        "(synthetic data): InceptionV3 bs64 +2.7 % / bs32 +0.6 %, ResNet-50 bs64 -11.3 % / bs32 "
+        "-4.3 %, ResNet-152 bs64 -7.9 % / bs32 -3.5 %, AlexNet bs512 -11.5 %, VGG16 bs64 +6.9 % "
+        "/ bs32 +10.2 %. fp16 (no tensor cores) assumed to reach fp32's fraction of its 2x "
+        "peak. 56 SMs (Tesla P100 whitepaper)."),
     "v100-sxm2-16gb": DeviceEfficiency(
         **_V100, multiprocessors=80,
-        source="Fitted to the 4 DLPerf v1 single-GPU V100-SXM2-16GB rows of OneFlow 0.2 (CUDA "
-        "10.2), the one framework with all four: ResNet-50 v1.5 FP32 bs128 +8.2 %, AMP bs256 "
-        "-13.7 %, BERT-base (seq 128, Adam) FP32 bs32 -13.1 %, AMP bs64 +13.3 %. Other "
-        "frameworks in DLPerf run 10-45 % slower than OneFlow on the same GPU. 80 SMs (Tesla "
-        "V100 whitepaper)."),
+        source="Fitted to the 4 DLPerf v1 single-GPU V100-SXM2-16GB rows of OneFlow 0.2 "
+        "(CUDA 10.2), the one framework with all four: ResNet-50 v1.5 FP32 bs128 -0.7 %, AMP "
+        "bs256 -13.8 %, BERT-base (seq 128, Adam) FP32 bs32 -12.2 %, AMP bs64 +12.9 %. The "
+        "other DLPerf frameworks run up to 45 % slower than OneFlow on the same GPU. 80 SMs "
+        "(Tesla V100 whitepaper)."),
     "v100-sxm2-32gb": DeviceEfficiency(
         **_V100, multiprocessors=80, source="Same silicon as v100-sxm2-16gb: its fit."),
     # GPUs without measurements here: the V100 fit (frameworks of the same cuDNN 7/8 and
-    # mixed-precision generation). Its fp32 fraction times the GEMM quantization comes to the
-    # 60-70 % of peak that cuDNN convolutions typically reach; only the SM counts differ.
+    # mixed-precision generation), only the SM counts differ. Its fp32 fraction is the 60-70 %
+    # of peak that cuDNN convolutions typically reach.
     "a100-sxm4-40gb": DeviceEfficiency(
         **_V100, multiprocessors=108,
         source="Assumed: the V100 fit; 108 SMs (NVIDIA A100 whitepaper). fp32 is IEEE fp32, "
@@ -278,13 +296,12 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
         source="Assumed: the V100 fit; 128 SMs (Ada whitepaper)."),
     # Host CPUs: oneDNN convolutions and GEMMs typically reach about half of the FMA peak, STREAM
     # about 70 % of the channels' bandwidth, and a framework op costs ~10 us. No GEMM
-    # quantization and no Winograd.
-    "cpu-host": DeviceEfficiency(
-        0.50, 0.50, 0.70, 10e-6, None, "Assumed: typical oneDNN fractions on AVX2 hosts."),
-    "cpu-epyc-7742-2s": DeviceEfficiency(
-        0.50, 0.50, 0.70, 10e-6, None, "Assumed: typical oneDNN fractions on AVX2 hosts."),
-    "cpu-xeon-8480c-2s": DeviceEfficiency(
-        0.50, 0.50, 0.70, 10e-6, None, "Assumed: typical oneDNN fractions on AVX-512 hosts."),
+    # quantization, no Winograd.
+    **{name: DeviceEfficiency(
+        compute_efficiency=0.50, tensor_efficiency=0.50, memory_efficiency=0.70,
+        kernel_overhead_s=10e-6, multiprocessors=None, tensor_cores=False,
+        source="Assumed: typical oneDNN fractions on server CPUs.")
+       for name in ("cpu-host", "cpu-epyc-7742-2s", "cpu-xeon-8480c-2s")},
 }
 
 
@@ -323,6 +340,7 @@ class _Shape:
     out_bytes: int          # fp32 output activations per sample
     params: int
     gemm: tuple[float, int] | None  # (output positions per sample, output channels) of a GEMM
+    reduction: float        # GEMM reduction length K (0 if not a GEMM)
     kernel_area: int        # 9 or 25 for a stride-1 3x3 / 5x5 convolution, else 0
     kind: str
     first: bool
@@ -369,21 +387,23 @@ def _shapes(model: Model) -> tuple[_Shape, ...]:
         gemm = _gemm_shape(layer)
         shapes.append(_Shape(
             layer.forward_flops, previous.activation_bytes if previous else 0,
-            layer.activation_bytes, layer.params, gemm, _kernel_area(layer, previous, gemm),
+            layer.activation_bytes, layer.params, gemm,
+            layer.forward_flops / (2 * gemm[0] * gemm[1]) if gemm else 0.0,
+            _kernel_area(layer, previous, gemm),
             layer.kind, index == 0))
         previous = layer
     return tuple(shapes)
 
 
-def _quantization(rows: float, cols: int, multiprocessors: int) -> float:
-    """Useful fraction of the tiles a GEMM of ``rows x cols`` occupies (tile x wave)."""
+def _quantization(rows: float, cols: int, reduction: float, multiprocessors: int) -> float:
+    """Useful fraction of the GPU a GEMM of ``rows x cols`` with reduction length ``reduction``
+    keeps busy: the filled fraction of its column tiles times its occupancy (module notes)."""
     tile_m, tile_n = GEMM_TILE
-    tiles_m, tiles_n = math.ceil(rows / tile_m), math.ceil(cols / tile_n)
-    tile = rows * cols / (tiles_m * tile_m * tiles_n * tile_n)
-    ctas = tiles_m * tiles_n
-    slots = multiprocessors * GEMM_CTAS_PER_MULTIPROCESSOR
-    wave = ctas / (math.ceil(ctas / slots) * slots)
-    return tile * wave
+    col_tiles = math.ceil(cols / tile_n)
+    filled = cols / (col_tiles * tile_n)
+    split_k = max(1.0, reduction / rows)
+    tiles = rows / tile_m * col_tiles * split_k
+    return filled * min(1.0, tiles / (multiprocessors * GEMM_CTAS_PER_MULTIPROCESSOR))
 
 
 def optimizer_time(model: Model, device: Device, optimizer: str = "sgd_momentum",
@@ -433,10 +453,11 @@ def roofline_profile(model: Model, device: Device, batch: int, precision: str = 
     times = []
     for layer, shape in zip(model.layers, _shapes(model)):
         flops = shape.flops * batch
-        if shape.kernel_area and is_gpu and not fmt.tensor:
+        if shape.kernel_area and is_gpu and not (fmt.tensor and eff.tensor_cores):
             flops /= FAST_CONV_SPEEDUP[shape.kernel_area]
         if shape.gemm is not None and is_gpu:
-            flops /= _quantization(shape.gemm[0] * batch, shape.gemm[1], eff.multiprocessors)
+            flops /= _quantization(shape.gemm[0] * batch, shape.gemm[1], shape.reduction,
+                                   eff.multiprocessors)
         if shape.kind == "embedding":  # gathers rows: reads and writes the output only
             moved = 2 * shape.out_bytes * batch * scale
         else:
@@ -470,8 +491,9 @@ _FLOAT_COLUMNS = ("forward_s", "backward_s", "forward_std_s", "backward_std_s")
 _INT_COLUMNS = ("batch", "threads", "iterations")
 
 
-def _read_rows(source) -> tuple[str, list[str], list[dict]]:
-    """(label for messages, header, rows as dicts of strings) from a path or a DataFrame."""
+def _read_rows(source) -> tuple[str, list[str], list[tuple[str, dict]]]:
+    """(label, header, [(where, row)]) from a CSV path or a DataFrame; ``where`` is "row N" or
+    "row N (line L)" for messages, ``row`` maps column to stripped cell text."""
     if isinstance(source, (str, Path)):
         label = str(source)
         try:
@@ -482,32 +504,35 @@ def _read_rows(source) -> tuple[str, list[str], list[dict]]:
                     raise ConfigError(f"{label}: empty file; expected a header with columns "
                                       f"{', '.join(MEASURED_COLUMNS)}")
                 header = [h.strip() for h in header]
-                rows = []
-                for number, cells in enumerate(reader, start=1):
+                rows, number = [], 0
+                for cells in reader:
                     if not cells or all(not c.strip() for c in cells):
                         continue
+                    number += 1
+                    where = f"row {number} (line {reader.line_num})"
                     if len(cells) != len(header):
-                        raise ConfigError(f"{label}: row {number} (line {reader.line_num}) has "
-                                          f"{len(cells)} cells, the header {len(header)}")
-                    rows.append(dict(zip(header, (c.strip() for c in cells))))
+                        raise ConfigError(f"{label}: {where} has {len(cells)} cells, the header "
+                                          f"{len(header)}")
+                    rows.append((where, dict(zip(header, (c.strip() for c in cells)))))
         except OSError as err:
             raise ConfigError(f"{label}: cannot read measured profile: {err.strerror}") from None
+        except (UnicodeDecodeError, csv.Error) as err:
+            raise ConfigError(f"{label}: not a readable CSV file: {err}") from None
         return label, header, rows
-    try:
-        import pandas as pd
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pd = None
-    if pd is not None and isinstance(source, pd.DataFrame):
+    import pandas as pd
+
+    if isinstance(source, pd.DataFrame):
         header = [str(c) for c in source.columns]
-        rows = [{h: ("" if pd.isna(v) else str(v).strip()) for h, v in zip(header, values)}
-                for values in source.itertuples(index=False, name=None)]
+        rows = [(f"row {number}",
+                 {h: ("" if pd.isna(v) else str(v).strip()) for h, v in zip(header, values)})
+                for number, values in enumerate(source.itertuples(index=False, name=None), 1)]
         return "<DataFrame>", header, rows
     raise ConfigError(f"measured profile must be a CSV path or a pandas DataFrame, not "
                       f"{type(source).__name__}")
 
 
-def _cell(label: str, number: int, column: str, text: str):
-    where = f"{label}: row {number}, column {column!r}"
+def _cell(label: str, where: str, column: str, text: str):
+    where = f"{label}: {where}, column {column!r}"
     if text == "":
         raise ConfigError(f"{where}: empty cell")
     if column in _FLOAT_COLUMNS:
@@ -533,20 +558,20 @@ def _covers(row_name: str, layer_name: str) -> bool:
     return layer_name == row_name or layer_name.startswith(row_name + ".")
 
 
-def _map_onto_model(label: str, names: list[str], forward: list[float], backward: list[float],
-                    model: Model) -> tuple[LayerTime, ...]:
+def _map_onto_model(label: str, wheres: list[str], names: list[str], forward: list[float],
+                    backward: list[float], model: Model) -> tuple[LayerTime, ...]:
     """Spread the CSV rows over ``model.layers`` (see the module notes)."""
     layers = model.layers
     fwd, bwd = [0.0] * len(layers), [0.0] * len(layers)
     cursor = 0  # rows must cover layers in forward order
-    for number, (name, f_s, b_s) in enumerate(zip(names, forward, backward), start=1):
+    for where, name, f_s, b_s in zip(wheres, names, forward, backward):
         covered = [i for i, layer in enumerate(layers) if _covers(name, layer.name)]
         if not covered:
-            raise ConfigError(f"{label}: row {number}, column 'layer': {name!r} is neither a "
-                              f"layer of model {model.name!r} nor a dotted prefix of one")
+            raise ConfigError(f"{label}: {where}, column 'layer': {name!r} is neither a layer "
+                              f"of model {model.name!r} nor a dotted prefix of one")
         if covered[0] < cursor:
-            raise ConfigError(f"{label}: row {number}, column 'layer': {name!r} is out of the "
-                              f"model's forward order or repeats an earlier row")
+            raise ConfigError(f"{label}: {where}, column 'layer': {name!r} is out of the "
+                              f"model's forward order or overlaps an earlier row")
         cursor = covered[-1] + 1
         weights = [layers[i].forward_flops for i in covered]
         total = math.fsum(weights)
@@ -580,34 +605,35 @@ def measured_profile(path_or_frame, model: Model | None = None,
     if missing:
         raise ConfigError(f"{label}: missing column(s) {', '.join(map(repr, missing))}; "
                           f"required: {', '.join(MEASURED_COLUMNS)}")
-    known = set(MEASURED_COLUMNS) | set(OPTIONAL_COLUMNS)
-    unknown = [c for c in header if c not in known]
+    allowed = MEASURED_COLUMNS + OPTIONAL_COLUMNS
+    unknown = [c for c in header if c not in allowed]
     if unknown:
         raise ConfigError(f"{label}: unknown column(s) {', '.join(map(repr, unknown))}; "
-                          f"allowed: {', '.join(MEASURED_COLUMNS + OPTIONAL_COLUMNS)}")
-    duplicated = sorted({c for c in header if header.count(c) > 1})
-    if duplicated:
-        raise ConfigError(f"{label}: column(s) {', '.join(map(repr, duplicated))} repeated")
+                          f"allowed: {', '.join(allowed)}")
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        raise ConfigError(f"{label}: column(s) {', '.join(map(repr, repeated))} repeated")
     if not raw:
         raise ConfigError(f"{label}: no rows")
-    names, forward, backward = [], [], []
-    for number, row in enumerate(raw, start=1):
-        values = {c: _cell(label, number, c, row[c]) for c in header}
+    wheres, names, forward, backward = [], [], [], []
+    for where, row in raw:
+        values = {c: _cell(label, where, c, row[c]) for c in header}
         if model is not None and "model" in values and values["model"] != model.name:
-            raise ConfigError(f"{label}: row {number}, column 'model': {values['model']!r} "
-                              f"does not match model {model.name!r}")
+            raise ConfigError(f"{label}: {where}, column 'model': {values['model']!r} does not "
+                              f"match model {model.name!r}")
+        wheres.append(where)
         names.append(values["layer"])
         forward.append(values["forward_s"])
         backward.append(values["backward_s"])
-    if model is None:
+    if model is not None:
+        layers = _map_onto_model(label, wheres, names, forward, backward, model)
+    else:
         seen = set()
-        for number, name in enumerate(names, start=1):
+        for where, name in zip(wheres, names):
             if name in seen:
-                raise ConfigError(f"{label}: row {number}, column 'layer': {name!r} repeats")
+                raise ConfigError(f"{label}: {where}, column 'layer': {name!r} repeats")
             seen.add(name)
         layers = tuple(LayerTime(n, f, b) for n, f, b in zip(names, forward, backward))
-    else:
-        layers = _map_onto_model(label, names, forward, backward, model)
     return ComputeProfile(layers, float(optimizer_s))
 
 
