@@ -244,6 +244,11 @@ def format_training_table(frame: pd.DataFrame) -> str:
     if (frame["consistency"] != "bsp").any():
         shown["staleness"] = [f"{m:.1f} (max {x})" for m, x in
                               zip(frame["staleness_mean"], frame["staleness_max"])]
+    if "straggler_factor" in frame and (frame["straggler_factor"] != 1.0).any():
+        shown.insert(3, "slowdown", [f"{f:g}x" for f in frame["straggler_factor"]])
+    if "failure_policy" in frame and (frame["failure_policy"] != "none").any():
+        shown["failure"] = frame["recovery"]
+        shown["goodput"] = [f"{g:.1f}" for g in frame["goodput_samples_s"]]
     return shown.to_string(index=False)
 
 
@@ -291,8 +296,10 @@ def cmd_train(args) -> int:
     for m in models:
         get_model(m)
     aggregations = tuple(a.strip() for a in args.aggregation.split(",") if a.strip())
+    from .workload.sweep import is_aggregation
+
     for a in aggregations:
-        if a != "ps":
+        if not is_aggregation(a):
             _algorithms(a, "allreduce")
     if args.precision not in PRECISIONS:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, "

@@ -43,7 +43,10 @@ COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", 
 PS_KEYS = ("servers", "placement", "shards", "overlap")
 REPORT_KEYS = ("plots",)
 TRAINING_KEYS = ("models", "batch_per_gpu", "gpus", "aggregations", "precision", "device",
-                 "bucket", "overlap", "slices", "ps", "compute")
+                 "bucket", "overlap", "slices", "ps", "compute", "stragglers", "failure")
+STRAGGLER_KEYS = ("count", "factors")
+FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "restart", "reform",
+                "policies")
 TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations",
                     "local_aggregation")
 
@@ -191,9 +194,44 @@ def _training_ps(data, where: Where):
                                 path + ("local_aggregation",)))
 
 
-def _training(data, where: Where, base_dir: Path | None):
+def _stragglers(data, where: Where) -> tuple[int, tuple[float, ...]]:
+    path = ("training", "stragglers")
+    check_keys(data, where, path, STRAGGLER_KEYS, required=("factors",))
+    factors = []
+    for i, f in enumerate(as_list(data["factors"])):
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or f < 1:
+            raise where.error(path + ("factors", i), f"expected a slowdown factor >= 1, got {f!r}")
+        factors.append(float(f))
+    return _int(data.get("count", 1), where, path + ("count",), 1), tuple(factors)
+
+
+def _failure(data, where: Where):
+    from .units import parse_duration
+    from .workload.faults import POLICIES, FailurePlan
+
+    path = ("training", "failure")
+    check_keys(data, where, path, FAILURE_KEYS, required=("policies",))
+    defaults = FailurePlan()
+    fields = {"at": "at_s", "horizon": "horizon_s", "checkpoint_interval": "checkpoint_interval_s",
+              "checkpoint_cost": "checkpoint_cost_s", "restart": "restart_s",
+              "reform": "reform_s"}
+    values = {attr: _quantity(lambda v, k=key: parse_duration(v, what=k), data[key], where,
+                              path + (key,)) if key in data else getattr(defaults, attr)
+              for key, attr in fields.items()}
+    plan = FailurePlan(**values)
+    if plan.at_s >= plan.horizon_s:
+        raise where.error(path + ("at",), f"the failure must fall inside the horizon "
+                                          f"({plan.horizon_s:g} s), got {plan.at_s:g} s")
+    if plan.checkpoint_interval_s <= 0:
+        raise where.error(path + ("checkpoint_interval",), "must be > 0")
+    policies = tuple(_choice(p, where, path + ("policies", i), POLICIES[1:3])
+                     for i, p in enumerate(as_list(data["policies"])))
+    return plan, ("none",) + policies
+
+
+def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
     from .workload.models import MODELS
-    from .workload.sweep import PRECISIONS, TrainingSpec
+    from .workload.sweep import PRECISIONS, TrainingSpec, is_aggregation
 
     path = ("training",)
     check_keys(data, where, path, TRAINING_KEYS, required=("models", "gpus", "aggregations"))
@@ -202,12 +240,13 @@ def _training(data, where: Where, base_dir: Path | None):
         _choice(m, where, path + ("models", i), tuple(MODELS))
     aggregations = tuple(str(a) for a in as_list(data["aggregations"]))
     for i, name in enumerate(aggregations):
-        if name == "ps":
+        if is_aggregation(name):
             continue
         try:
             algo = get_algorithm(name)
         except ClusterSimError as exc:
-            raise where.error(path + ("aggregations", i), f"{exc} (or ps)") from None
+            raise where.error(path + ("aggregations", i),
+                              f"{exc} (or ps, ps-bsp, ps-sspK, ps-async)") from None
         if "allreduce" not in algo.collectives:
             raise where.error(path + ("aggregations", i), f"{name} does not implement allreduce")
     gpus = tuple(_int(v, where, path + ("gpus", i), 1)
@@ -232,7 +271,22 @@ def _training(data, where: Where, base_dir: Path | None):
                                data.get("bucket", "25MiB"), where, path + ("bucket",)),
         overlap=_bool(data.get("overlap", True), where, path + ("overlap",)),
         slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
-        ps=_training_ps(data.get("ps", {}), where), measured_csv=measured)
+        ps=_training_ps(data.get("ps", {}), where), measured_csv=measured, seed=seed,
+        **_straggler_fields(data, where), **_failure_fields(data, where))
+
+
+def _straggler_fields(data, where: Where) -> dict:
+    if "stragglers" not in data:
+        return {}
+    count, factors = _stragglers(data["stragglers"], where)
+    return {"stragglers": count, "straggler_factors": factors}
+
+
+def _failure_fields(data, where: Where) -> dict:
+    if "failure" not in data:
+        return {}
+    plan, policies = _failure(data["failure"], where)
+    return {"failure": plan, "failure_policies": policies}
 
 
 def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = None) -> Scenario:
@@ -269,7 +323,7 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
                     topology=topo_name, topology_params=dict(params),
                     collective=_collective(data["collective"], where)
                     if "collective" in data else None,
-                    training=_training(data["training"], where, base_dir)
+                    training=_training(data["training"], where, base_dir, seed)
                     if "training" in data else None, seed=seed,
                     plots=tuple(plots), origin=origin, resolved=data)
 
@@ -298,16 +352,18 @@ def scenario_points(scenario: Scenario) -> list[tuple]:
 def point_key(scenario: Scenario, row: dict) -> tuple:
     """The point a result row belongs to (inverse of :func:`scenario_points` on rows)."""
     if scenario.training is not None:
-        return (row["model"], row["aggregation"], int(row["gpus"]))
+        return (row["model"], row["aggregation"], int(row["gpus"]),
+                float(row["straggler_factor"]), row["failure_policy"])
     gpus = None if scenario.collective.gpus == (None,) else int(row["gpus"])
     return (gpus, int(row["size_bytes"]), row["algorithm"])
 
 
 def result_columns(scenario: Scenario) -> list[str]:
     from .collective import RESULT_COLUMNS
+    from .workload.sweep import EXTRA_COLUMNS
     from .workload.training import TRAINING_COLUMNS
 
-    body = list(TRAINING_COLUMNS) + ["device"] if scenario.training is not None \
+    body = list(TRAINING_COLUMNS) + list(EXTRA_COLUMNS) if scenario.training is not None \
         else list(RESULT_COLUMNS)
     return ["scenario"] + body + ["seed"]
 
@@ -353,7 +409,8 @@ def trace_points(scenario: Scenario) -> list[tuple]:
     points = scenario_points(scenario)
     if scenario.training is not None:
         top = max(p[2] for p in points)
-        return [p for p in points if p[2] == top]
+        first = points[0]
+        return [p for p in points if p[2] == top and p[3:] == first[3:]]
     sizes = sorted({p[1] for p in points})
     size = sizes[(len(sizes) - 1) // 2]
     gpus = [p[0] for p in points]

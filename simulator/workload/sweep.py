@@ -1,7 +1,13 @@
-"""Training sweeps: every (model, aggregation, GPU count) of a spec, one result row each.
+"""Training sweeps: every (model, aggregation, GPU count, straggler factor, failure policy) of a
+spec, one result row each.
 
 This is what ``clustersim train`` and the ``training:`` section of a scenario run. Each row has
-the columns of :data:`~simulator.workload.training.TRAINING_COLUMNS` plus ``device``.
+the columns of :data:`~simulator.workload.training.TRAINING_COLUMNS` plus :data:`EXTRA_COLUMNS`.
+
+Aggregations are collective algorithm names or ``ps``; ``ps-bsp``, ``ps-sspK`` and ``ps-async``
+pick the parameter servers' consistency per row, so one sweep can compare them.
+Stragglers: ``stragglers`` workers, chosen with the spec's seed, compute ``factor`` times slower.
+Failures: with a :class:`~.faults.FailurePlan`, each policy gives a goodput row.
 """
 
 from __future__ import annotations
@@ -13,7 +19,16 @@ import pandas as pd
 
 from ..errors import ConfigError
 from ..topology import endpoints
+import dataclasses
+import re
+
+import numpy as np
+
+from .faults import FailurePlan, goodput
 from .training import DDP_BUCKET_BYTES, TRAINING_COLUMNS, PsConfig, simulate_training
+
+EXTRA_COLUMNS = ("device", "straggler_factor", "stragglers", "failure_policy", "recovery",
+                 "goodput_samples_s", "lost_s", "stalled_s")
 
 #: Bytes per gradient element on the wire: mixed precision (amp) all-reduces fp16 gradients.
 GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
@@ -35,7 +50,36 @@ class TrainingSpec:
     slices: int = 1
     ps: PsConfig = field(default_factory=PsConfig)
     measured_csv: str | None = None    # per-layer measured times instead of the roofline model
+    straggler_factors: tuple[float, ...] = (1.0,)
+    stragglers: int = 1                # how many workers are slowed by each factor
+    failure: FailurePlan | None = None
+    failure_policies: tuple[str, ...] = ("none",)
+    seed: int = 0
 
+
+def resolve_aggregation(name: str, ps: PsConfig) -> tuple[str, PsConfig]:
+    """``ps-async`` / ``ps-sspK`` / ``ps-bsp`` -> (``ps``, config with that consistency)."""
+    match = re.fullmatch(r"ps-(bsp|async|ssp(\d+))", name)
+    if name == "ps" or not match:
+        return name, ps
+    staleness = 0 if match.group(1) == "bsp" else None if match.group(1) == "async" \
+        else int(match.group(2))
+    return "ps", dataclasses.replace(ps, staleness=staleness)
+
+
+def is_aggregation(name: str) -> bool:
+    """A valid aggregation name: ``ps``, ``ps-bsp``, ``ps-async``, ``ps-sspK`` (K >= 1), or an
+    all-reduce algorithm (checked by the caller)."""
+    return name == "ps" or re.fullmatch(r"ps-(bsp|async|ssp[1-9]\d*)", name) is not None
+
+
+def slowdown_vector(gpus: int, factor: float, count: int, seed: int) -> list[float]:
+    """Per-worker compute multipliers: ``count`` workers, chosen with ``seed``, slowed."""
+    slow = np.ones(gpus)
+    if factor != 1.0 and count > 0:
+        chosen = np.random.default_rng(seed).choice(gpus, size=min(count, gpus), replace=False)
+        slow[chosen] = factor
+    return slow.tolist()
 
 def topology_device(graph) -> str:
     """The device preset of the topology's first endpoint."""
@@ -47,9 +91,10 @@ def topology_device(graph) -> str:
     return device
 
 
-def training_points(spec: TrainingSpec) -> list[tuple[str, str, int]]:
-    """Every (model, aggregation, gpus) of the spec, in a fixed order."""
-    return [(m, a, n) for m in spec.models for a in spec.aggregations for n in spec.gpus]
+def training_points(spec: TrainingSpec) -> list[tuple]:
+    """Every (model, aggregation, gpus, straggler factor, failure policy), in a fixed order."""
+    return [(m, a, n, f, p) for m in spec.models for a in spec.aggregations for n in spec.gpus
+            for f in spec.straggler_factors for p in spec.failure_policies]
 
 
 @functools.lru_cache(maxsize=64)
@@ -60,21 +105,41 @@ def _profile(model_name: str, device: str, batch: int, precision: str, measured:
 
 
 def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: str,
-                       gpus: int, record_rates: bool = False):
-    """Simulate one (model, aggregation, gpus) point of ``spec``; return its TrainingResult
-    with ``device`` added to the row."""
+                       gpus: int, factor: float = 1.0, policy: str = "none",
+                       record_rates: bool = False):
+    """Simulate one point of ``spec``; return its TrainingResult, the row extended with
+    :data:`EXTRA_COLUMNS`."""
     from .models import get_model
 
     device = spec.device or topology_device(graph)
     model = get_model(model_name)
     profile = _profile(model_name, device, spec.batch_per_gpu, spec.precision, spec.measured_csv)
     grads = [layer.params * GRADIENT_BYTES[spec.precision] for layer in model.layers]
-    result = simulate_training(
-        graph, profile, gpus=gpus, batch_per_gpu=spec.batch_per_gpu, aggregation=aggregation,
-        model_name=model_name, gradient_bytes=grads, precision=spec.precision,
-        bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=spec.ps,
-        record_rates=record_rates)
-    result.row = dict(result.row, device=device)
+    kind, ps = resolve_aggregation(aggregation, spec.ps)
+
+    def simulate(n: int, record: bool):
+        return simulate_training(
+            graph, profile, gpus=n, batch_per_gpu=spec.batch_per_gpu, aggregation=kind,
+            model_name=model_name, gradient_bytes=grads, precision=spec.precision,
+            bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=ps,
+            record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed))
+
+    result = simulate(gpus, record_rates)
+    row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,
+               stragglers=spec.stragglers if factor != 1.0 else 0)
+    rate = row["throughput_samples_s"]
+    if spec.failure is not None and policy != "none" and gpus > 1:
+        # asynchronous workers never wait for each other: no abort, no restart
+        recovery = "async_ps" if kind == "ps" and ps.staleness is None else policy
+        rate_n1 = simulate(gpus - 1, False).row["throughput_samples_s"]
+        fate = goodput(recovery, rate, rate_n1, row["iteration_s"], spec.failure)
+    else:
+        fate = goodput("none", rate, rate, row["iteration_s"],
+                       spec.failure or FailurePlan(checkpoint_cost_s=0.0))
+    row.update(failure_policy=policy, recovery=fate["policy"],
+               goodput_samples_s=fate["goodput_samples_s"],
+               lost_s=fate["lost_s"], stalled_s=fate["stalled_s"])
+    result.row = row
     return result
 
 
@@ -86,4 +151,4 @@ def run_training(graph, spec: TrainingSpec, progress=None) -> pd.DataFrame:
         rows.append(row)
         if progress:
             progress(row)
-    return pd.DataFrame(rows, columns=list(TRAINING_COLUMNS) + ["device"])
+    return pd.DataFrame(rows, columns=list(TRAINING_COLUMNS) + list(EXTRA_COLUMNS))

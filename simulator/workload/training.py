@@ -173,7 +173,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       model_name: str, gradient_bytes, precision: str = "fp32",
                       bucket_bytes: int = DDP_BUCKET_BYTES, overlap: bool = True,
                       slices: int = 1, ps: PsConfig | None = None,
-                      options: dict | None = None, record_rates: bool = False) -> TrainingResult:
+                      options: dict | None = None, record_rates: bool = False,
+                      slowdown=None) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -184,8 +185,15 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         Gradient bytes of each layer (same order as ``profile.layers``).
     aggregation : str
         A registered collective algorithm, or ``"ps"``.
+    slowdown : sequence of float, optional
+        Per-worker compute time multipliers (stragglers; 1.0 = nominal). Synchronous
+        aggregation waits for the slowest worker's bucket; PS clients each run at their own
+        pace, limited only by the staleness bound.
     """
     grad = [int(b) for b in gradient_bytes]
+    slow = [1.0] * gpus if slowdown is None else [float(x) for x in slowdown]
+    if len(slow) != gpus or min(slow) <= 0:
+        raise ConfigError(f"slowdown needs {gpus} positive factors, got {slowdown!r}")
     fwd = float(sum(l.forward_s for l in profile.layers))
     bwd = [float(l.backward_s) for l in profile.layers]
     compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
@@ -195,18 +203,19 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     staleness: list[int] = []
     if aggregation == "ps":
         ps = ps or PsConfig()
-        iteration_s, comm_busy = _run_ps(engine, graph, workers, grad, buckets, fwd, profile,
-                                         ps, staleness)
+        iteration_s, comm_busy, rate = _run_ps(engine, graph, workers, grad, buckets, fwd,
+                                               profile, ps, staleness, slow)
     else:
         ps = None
         iteration_s, comm_busy = _run_collective(engine, workers, buckets, fwd, sum(bwd),
                                                  profile.optimizer_s, aggregation, slices,
-                                                 dict(options or {}), graph)
+                                                 dict(options or {}), graph, max(slow))
+        rate = gpus / iteration_s
     links = links_frame(engine, engine.env.now)
     link, util = bottleneck(links)
-    throughput = gpus * batch_per_gpu / iteration_s
-    speedup = gpus * compute_s / iteration_s
-    exposed = max(0.0, iteration_s - compute_s)
+    throughput = rate * batch_per_gpu          # samples/s over all workers
+    speedup = throughput * compute_s / batch_per_gpu
+    exposed = max(0.0, iteration_s - compute_s * max(slow))
     row = {
         "model": model_name, "aggregation": aggregation, "gpus": gpus,
         "batch_per_gpu": batch_per_gpu, "precision": precision, "iteration_s": iteration_s,
@@ -225,9 +234,14 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
 
 
 def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algorithm, slices,
-                    options, graph):
-    """BSP with one all-reduce per bucket, serialised on one communicator stream."""
+                    options, graph, slowest: float = 1.0):
+    """BSP with one all-reduce per bucket, serialised on one communicator stream.
+
+    A bucket's all-reduce starts when the slowest worker (compute scaled by ``slowest``) has
+    produced it: a synchronous collective cannot run ahead of its last participant.
+    """
     n = len(workers)
+    fwd, bwd_total, optimizer_s = fwd * slowest, bwd_total * slowest, optimizer_s * slowest
     if n == 1 or not buckets:
         return fwd + bwd_total + optimizer_s, 0.0
     from ..collective import default_options
@@ -257,7 +271,7 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
         start_next()
 
     for k, b in enumerate(buckets):
-        engine.call_at(fwd + b.ready_s, lambda k=k: ready(k))
+        engine.call_at(fwd + b.ready_s * slowest, lambda k=k: ready(k))
     engine.run()
     comm_end = max(state["ends"])
     return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"]
@@ -290,7 +304,8 @@ def _groups(graph, workers: list[str], local: bool) -> list[list[str]]:
 LOCAL_SEGMENTS = 4
 
 
-def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, staleness):
+def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, staleness,
+            slow=None):
     """Parameter servers with bounded staleness; returns (iteration_s, comm busy per client).
 
     A *client* is one GPU, or with ``local_aggregation`` one machine: its GPUs first reduce each
@@ -299,6 +314,8 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     """
     groups = _groups(graph, workers, ps.local_aggregation)
     n, servers = len(groups), server_count(graph, workers, ps)
+    factor_of = dict(zip(workers, slow or [1.0] * len(workers)))
+    pace = [max(factor_of[w] for w in g) for g in groups]   # a machine waits for its slowest
     server_nodes = _server_nodes(graph, workers, ps, servers)
     if ps.sharding == "even":
         owner = None
@@ -369,12 +386,12 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     def pulled(w, it, t0):
         intervals[w].append((t0, engine.env.now))
         pulled_version[w] = version[0]
-        t_fwd = engine.env.now + fwd
+        t_fwd = engine.env.now + fwd * pace[w]
         remaining = {"left": len(push_schedules)}
         for k, b in enumerate(buckets):
-            engine.call_at(t_fwd + b.ready_s, lambda k=k: push(w, it, k, remaining))
+            engine.call_at(t_fwd + b.ready_s * pace[w], lambda k=k: push(w, it, k, remaining))
         if not push_schedules:
-            engine.call_at(t_fwd + bwd_total, lambda: iteration_done(w, it))
+            engine.call_at(t_fwd + bwd_total * pace[w], lambda: iteration_done(w, it))
 
     def push(w, it, k, remaining):
         t0 = engine.env.now
@@ -390,12 +407,16 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
         intervals[w].append((t0, engine.env.now))
         remaining["left"] -= 1
         if remaining["left"] == 0:
-            staleness.append(version[0] - pulled_version[w])
-            version[0] += 1
+            if k_bound == 0:
+                staleness.append(0)   # BSP: the servers apply a round only when it is complete
+            else:
+                staleness.append(version[0] - pulled_version[w])   # updates missed
+                version[0] += 1
             iteration_done(w, it)
 
     def iteration_done(w, it):
-        t_end = max(engine.env.now, starts[w][it] + fwd + bwd_total) + profile.optimizer_s
+        t_end = (max(engine.env.now, starts[w][it] + (fwd + bwd_total) * pace[w])
+                 + profile.optimizer_s * pace[w])
         engine.call_at(t_end, lambda: finish(w, it))
 
     def finish(w, it):
@@ -417,8 +438,11 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     if not spans:
         raise ConfigError("PS run produced no complete iterations")
     iteration_s = float(np.mean(spans))
+    # workers per second of iterations: each client contributes its GPUs at its own pace
+    rate = sum(len(groups[w]) * (len(ends[w]) - 1) / (ends[w][-1] - ends[w][0])
+               for w in range(n) if len(ends[w]) > 1)
     busy = [union_length(iv) / len(starts[w]) for w, iv in enumerate(intervals) if starts[w]]
-    return iteration_s, float(np.mean(busy))
+    return iteration_s, float(np.mean(busy)), rate
 
 
 def union_length(intervals) -> float:
