@@ -23,9 +23,11 @@ rank count and the hosts come from them; ``Group`` is the communicator colour
 
 Column header, then one row per size (and per data type / op / root when several are asked)::
 
-    #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-         1048576        262144     float     sum      -1    45.21   23.19   43.49      0    44.87   23.37   43.82      0
+    #  size   count  type redop root   time  algbw  busbw #wrong   time  algbw  busbw #wrong
+    #   (B) (elements)                   (us) (GB/s) (GB/s)          (us) (GB/s) (GB/s)
+    1048576  262144 float   sum   -1  45.21  23.19  43.49      0  44.87  23.37  43.82      0
+
+(columns narrowed here; the real ones are wider, e.g. ``%12li  %12li  %8s  %6s  %6i``).
 
 The first group of ``time algbw busbw`` is out-of-place, the second in-place. Older versions
 (before the ``root`` column, ~2019-2021) print ``size count type redop time algbw busbw error
@@ -108,7 +110,7 @@ def _collective_from_name(text: str) -> str | None:
     """The collective in a program or file name (``all_reduce_perf``, ``x/alltoall_perf.log``)."""
     stem = Path(str(text)).name.lower()
     for name in sorted(NCCL_COLLECTIVES, key=len, reverse=True):
-        if re.search(rf"(^|[^a-z]){name}(_perf|[^a-z_]|$)", stem):
+        if re.search(rf"(^|[^a-z]){name}([^a-z]|$)", stem):
             return NCCL_COLLECTIVES[name]
     return None
 

@@ -13,8 +13,8 @@ size), required
 and optional (:data:`COLLECTIVE_OPTIONAL`)
     ``time_std_us``, ``iterations``, ``backend`` (``nccl``, ``gloo``, ...), ``device`` (GPU or
     CPU model), ``network``, ``bandwidth_bytes_per_s`` (the shaped link rate of a measured
-    network, when there is one), ``correct`` (the result was checked and right), ``inplace_time_us``,
-    ``dtype``, ``notes``.
+    network, when there is one), ``correct`` (the result was checked and right),
+    ``inplace_time_us``, ``dtype``, ``notes``.
 
 Training points (:data:`TRAINING_COLUMNS`)
     ``source, topology, model, aggregation, gpus, batch_per_gpu, precision,
@@ -48,6 +48,11 @@ __all__ = [
     "TRAINING_COLUMNS", "TRAINING_OPTIONAL", "check_frame", "empty_collective_frame",
     "nccl_algorithm", "nccl_collective", "read_measurements", "read_training",
 ]
+
+#: The simulator's algorithm for a library's own all-reduce (``algorithm: library`` rows of
+#: ``clustersim measure collectives``): gloo's all-reduce is a ring; NCCL's is whatever its
+#: tuner picks, which the comparison resolves with the simulator's tuner (``auto``).
+LIBRARY_ALGORITHM = {"gloo": "ring", "nccl": "auto"}
 
 COLLECTIVE_COLUMNS = ("source", "topology", "collective", "algorithm", "gpus", "size_bytes",
                       "time_us", "algbw_GBps", "busbw_GBps")
@@ -194,6 +199,12 @@ class _Cells:
         try:
             if nccl:
                 return nccl_algorithm(raw)
+            if raw == "library":
+                backend = self.text("backend", required=False)
+                if backend not in LIBRARY_ALGORITHM:
+                    raise ConfigError(f"'library' rows need a backend column naming one of "
+                                      f"{', '.join(LIBRARY_ALGORITHM)}, got {backend!r}")
+                return LIBRARY_ALGORITHM[backend]
             if raw != "auto":
                 from simulator.schedules import get_algorithm
 
@@ -245,6 +256,12 @@ def _missing(header, required) -> list[str]:
 
 # --- collective points --------------------------------------------------------------------------
 
+def _text_column(values: pd.Series) -> pd.Series:
+    """Strings, with absent values (None, NaN) as ""."""
+    return pd.Series(["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+                      for v in values], index=values.index, dtype=str)
+
+
 def empty_collective_frame() -> pd.DataFrame:
     """A collective-points table with no rows and every column, typed."""
     return _collective_frame([])
@@ -262,7 +279,7 @@ def _collective_frame(rows: list[dict]) -> pd.DataFrame:
     frame["correct"] = frame["correct"].astype("boolean")
     for c in ("source", "topology", "collective", "algorithm", "backend", "device", "network",
               "dtype", "notes"):
-        frame[c] = frame[c].fillna("").astype(str)
+        frame[c] = _text_column(frame[c])
     return frame
 
 
@@ -402,7 +419,7 @@ def _training_frame(rows: list[dict]) -> pd.DataFrame:
         frame[c] = frame[c].astype("float64")
     for c in ("source", "topology", "model", "aggregation", "precision", "device", "network",
               "throughput_unit", "notes"):
-        frame[c] = frame[c].fillna("").astype(str)
+        frame[c] = _text_column(frame[c])
     return frame
 
 

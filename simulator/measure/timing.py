@@ -130,9 +130,13 @@ def measure(fn: Callable[[], object], device="cpu", iterations: int = 20, warmup
     timer = Timer(device)
     samples = []
     for i in range(warmup + iterations):
-        arg = setup() if setup is not None else None
-        timer.start()
-        fn(arg) if setup is not None else fn()
+        if setup is not None:
+            arg = setup()
+            timer.start()
+            fn(arg)
+        else:
+            timer.start()
+            fn()
         seconds = timer.stop()
         if i >= warmup:
             samples.append(seconds)

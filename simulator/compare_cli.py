@@ -1,0 +1,243 @@
+"""Command line: ``clustersim compare`` and ``clustersim calibrate``.
+
+compare     simulate every point of a measured file (a CSV in the measurement schema, a public
+            nccl-tests table, or an nccl-tests log or ``-J`` JSON) on a topology; print the
+            per-point table and the MAPE tables; optionally write ``compare.csv``, ``mape.csv``
+            and plots; exit 1 when ``--max-mape`` is exceeded in any size band or overall
+calibrate   fit per-link-class bandwidth factors and latency offsets of a preset to a measured
+            file, print the held-out MAPE before and after, write the calibrated preset YAML
+
+User mistakes raise :class:`~simulator.errors.ClusterSimError` (exit 2 in ``clustersim``'s
+``main``); a comparison that runs but misses ``--max-mape`` is a result, not a mistake: exit 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import ConfigError
+
+EXIT_MAPE_EXCEEDED = 1
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
+
+
+def read_points(path: str) -> pd.DataFrame:
+    """Collective points from a CSV (either layout) or an nccl-tests log / JSON document."""
+    from .measure.nccl_tests import read_nccl_tests
+    from .measure.schema import read_measurements
+
+    if Path(path).suffix.lower() in _LOG_SUFFIXES:
+        return read_nccl_tests(path)
+    return read_measurements(path)
+
+
+def _subset(measured: pd.DataFrame, mask) -> pd.DataFrame:
+    """Rows of ``measured`` under ``mask``, keeping origin and the rows' lines for errors."""
+    part = measured[mask].reset_index(drop=True)
+    lines = measured.attrs.get("lines")
+    part.attrs = dict(measured.attrs)
+    if lines is not None and len(lines) == len(measured):
+        part.attrs["lines"] = [line for line, keep in zip(lines, mask) if keep]
+    return part
+
+
+def _topology_groups(args, measured: pd.DataFrame):
+    """(topology, params, points) to compare: --topology, else the scenario's, else the CSV's
+    ``topology`` column (one group per value)."""
+    from .cli import _params
+
+    params = _params(args.param)
+    if args.topology:
+        return [(args.topology, params, measured)]
+    if args.scenario:
+        from .scenario import load_scenario
+
+        scenario = load_scenario(args.scenario)
+        return [(scenario.topology, {**scenario.topology_params, **params}, measured)]
+    names = measured["topology"].fillna("").astype(str)
+    if (names == "").any():
+        first = int((names == "").to_numpy().argmax())
+        lines = measured.attrs.get("lines") or []
+        where = f":{lines[first]}" if first < len(lines) and lines[first] else ""
+        raise ConfigError(f"{measured.attrs.get('origin', 'measured file')}{where}: no topology "
+                          f"for this point: pass --topology NAME_OR_FILE (or --scenario), or "
+                          f"fill the file's topology column")
+    return [(name, params, _subset(measured, (names == name).to_numpy()))
+            for name in dict.fromkeys(names)]
+
+
+def _scenario_slices(args) -> int | None:
+    if not args.scenario:
+        return None
+    from .scenario import load_scenario
+
+    sweep = load_scenario(args.scenario).collective
+    return sweep.slices if sweep is not None else None
+
+
+def format_points(points: pd.DataFrame) -> str:
+    """Human table of compared points."""
+    from .units import format_size
+
+    if points.empty:
+        return "(no points)"
+    shown = pd.DataFrame({
+        "collective": points["collective"], "algorithm": points["simulated_algorithm"],
+        "gpus": points["gpus"], "size": [format_size(s) for s in points["size_bytes"]],
+        "measured_us": [f"{t:.2f}" for t in points["measured_time_us"]],
+        "simulated_us": [f"{t:.2f}" for t in points["simulated_time_us"]],
+        "error": [f"{e:+.1f}%" for e in points["error_pct"]],
+        "meas_busbw": [f"{b:.2f}" for b in points["measured_busbw_GBps"]],
+        "sim_busbw": [f"{b:.2f}" for b in points["simulated_busbw_GBps"]],
+    })
+    if points["source"].nunique() > 1 or points["topology"].nunique() > 1:
+        shown.insert(0, "topology", points["topology"])
+        shown.insert(0, "source", points["source"])
+    return shown.to_string(index=False)
+
+
+def format_summary(summary: dict) -> str:
+    """The MAPE tables, one block each."""
+    blocks = []
+    for key, title in (("size_band", "by size band"), ("gpus", "by GPU count"),
+                       ("algorithm", "by algorithm"), ("overall", "overall")):
+        table = summary[key].copy()
+        for column in ("mape_pct", "median_ape_pct", "max_ape_pct", "bias_pct"):
+            table[column] = [f"{v:.1f}" for v in table[column]]
+        blocks.append(f"MAPE {title}:\n{table.to_string(index=False)}")
+    return "\n\n".join(blocks)
+
+
+def summary_frame(summary: dict) -> pd.DataFrame:
+    """All MAPE tables stacked: ``table, group, points, mape_pct, ...``."""
+    frames = []
+    for key, table in summary.items():
+        group_column = table.columns[0]
+        frame = table.rename(columns={group_column: "group"}).copy()
+        frame["group"] = frame["group"].astype(str)
+        frame.insert(0, "table", key)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare, mape_failures, summarise
+    from .report.compare_plots import COMPARE_PLOTS
+    from .report.output import write_csv
+    from .topology import load_topology
+
+    if args.max_mape is not None and not args.max_mape >= 0:
+        raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
+    slices = args.slices or _scenario_slices(args) or 1
+    if slices < 1:
+        raise ConfigError(f"--slices must be >= 1, got {slices}")
+    if args.algorithm and args.algorithm != "auto":
+        from .schedules import get_algorithm
+
+        get_algorithm(args.algorithm)
+    measured = read_points(args.measured)
+    frames = []
+    for name, params, part in _topology_groups(args, measured):
+        graph = load_topology(name, params)
+        frames.append(compare(part, graph, slices=slices, algorithm_override=args.algorithm))
+    points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    summary = summarise(points)
+    print(format_points(points))
+    print()
+    print(format_summary(summary))
+    if args.output:
+        out = Path(args.output)
+        written = [write_csv(out / "compare.csv", points),
+                   write_csv(out / "mape.csv", summary_frame(summary))]
+        for plot_name, plot in COMPARE_PLOTS.items():
+            written += plot(points, out / plot_name)
+        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if args.max_mape is not None:
+        failures = mape_failures(summary, args.max_mape)
+        if failures:
+            for failure in failures:
+                print(f"clustersim compare: --max-mape {args.max_mape:g}% FAILED: {failure}",
+                      file=sys.stderr)
+            return EXIT_MAPE_EXCEEDED
+        print(f"--max-mape {args.max_mape:g}%: every size band within", file=sys.stderr)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from .calibrate import calibrate
+    from .cli import _params
+
+    if not args.out.endswith((".yaml", ".yml")):
+        raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
+    measured = read_points(args.measured)
+
+    def progress(evaluations: int, value: float) -> None:
+        if evaluations % 25 == 0:
+            print(f"calibrate: {evaluations} simulations of the fit points, mean |ln error| "
+                  f"{value:.4f}", file=sys.stderr)
+
+    result = calibrate(measured, None, args.topology, fit_fraction=args.fit_fraction,
+                       seed=args.seed, params=_params(args.param),
+                       max_fit_points=args.max_fit_points,
+                       max_evaluations=args.max_evaluations, progress=progress)
+    print(f"calibrated {args.topology} on {len(result.fit_points)} of {len(measured)} points "
+          f"(fit fraction {args.fit_fraction:g}, seed {args.seed}, {result.evaluations} "
+          f"objective evaluations)")
+    for param in result.parameters:
+        print(f"  fitted: {param.describe()}")
+    for note in result.screened_out:
+        print(f"  not fitted: {note}")
+    table = result.mape_table()
+    for column in ("mape_before_pct", "mape_after_pct"):
+        table[column] = [f"{v:.1f}" for v in table[column]]
+    held = "held-out" if result.fit_fraction < 1 else "fit (nothing held out)"
+    print(f"\nMAPE on the {held} points, before -> after:\n{table.to_string(index=False)}")
+    path = result.write(args.out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def add_compare_parsers(subparsers) -> None:
+    """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
+    c = subparsers.add_parser(
+        "compare", help="simulate measured points (CSV, nccl-tests log/JSON) and report errors")
+    c.add_argument("measured", metavar="MEASURED",
+                   help="CSV in the measurement schema or an nccl-tests table; or an "
+                        "nccl-tests stdout log (.log/.txt/.out) or -J JSON (.json)")
+    c.add_argument("--topology", default=None,
+                   help="preset name, builder name or YAML file (default: the scenario's, else "
+                        "the file's topology column)")
+    c.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a topology builder parameter (repeatable)")
+    c.add_argument("--scenario", default=None, metavar="S.yaml",
+                   help="take the topology (and its params, and slices) from a scenario")
+    c.add_argument("--algorithm", default=None,
+                   help="simulate this algorithm (or auto) for every point instead of the "
+                        "file's")
+    c.add_argument("--slices", type=int, default=None,
+                   help="pipelining slices per transfer (default 1, or the scenario's)")
+    c.add_argument("--max-mape", type=float, default=None, metavar="PCT",
+                   help="exit 1 if the MAPE of any size band (or overall) exceeds PCT percent")
+    c.add_argument("-o", "--output", default=None, metavar="OUT",
+                   help="folder for compare.csv, mape.csv and plots")
+    c.set_defaults(func=cmd_compare)
+
+    k = subparsers.add_parser(
+        "calibrate", help="fit a preset's link bandwidths and latencies to measured points")
+    k.add_argument("measured", metavar="MEASURED", help="as for compare")
+    k.add_argument("--topology", required=True, help="preset name, builder name or YAML file")
+    k.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a builder parameter before calibrating (repeatable)")
+    k.add_argument("--out", required=True, metavar="CALIBRATED.yaml",
+                   help="where to write the calibrated preset")
+    k.add_argument("--fit-fraction", type=float, default=0.5,
+                   help="share of the points (per size band) to fit on; the rest are held out")
+    k.add_argument("--seed", type=int, default=0, help="seed of the fit/held-out split")
+    k.add_argument("--max-fit-points", type=int, default=30,
+                   help="cap on fit points (each evaluation simulates them all; default 30)")
+    k.add_argument("--max-evaluations", type=int, default=150,
+                   help="cap on objective evaluations (default 150)")
+    k.set_defaults(func=cmd_calibrate)

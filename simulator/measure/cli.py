@@ -1,0 +1,130 @@
+"""``clustersim measure``: take real measurements on this machine.
+
+::
+
+    clustersim measure kernels --model resnet50 --device cpu --batch 8 -o layers.csv
+    clustersim measure collectives --network shaped --ranks 4 --bandwidth 1Gbps \\
+        --sizes 1MiB,4MiB,16MiB --algorithms library,ring,tree,ps -o measured.csv \\
+        --topology-out shaped.yaml
+
+``kernels`` writes the per-layer CSV that ``clustersim train --compute`` reads; ``collectives``
+writes measurement rows and, on a shaped network, the topology preset of the network it built, so
+``clustersim collective --topology shaped.yaml`` simulates the same thing. Needs the
+``[measure]`` extra (PyTorch); a shaped network needs root and iproute2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from simulator.errors import ConfigError
+from simulator.units import format_duration, format_size, parse_bandwidth, parse_size
+
+__all__ = ["add_measure_parser"]
+
+
+def _names(text: str, what: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ConfigError(f"{what} is empty")
+    return names
+
+
+def _positive(value: int | None, what: str) -> None:
+    if value is not None and value < 1:
+        raise ConfigError(f"{what} must be >= 1, got {value}")
+
+
+def cmd_kernels(args) -> int:
+    from .kernels import measure_kernels, write_kernels_csv
+
+    _positive(args.batch, "--batch")
+    _positive(args.iterations, "--iterations")
+    _positive(args.threads, "--threads")
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {args.warmup}")
+    frame = measure_kernels(args.model, device=args.device, batch=args.batch,
+                            iterations=args.iterations, warmup=args.warmup, threads=args.threads)
+    path = write_kernels_csv(frame, args.output)
+    forward, backward = frame["forward_s"].sum(), frame["backward_s"].sum()
+    print(f"{args.model} on {frame['device'].iloc[0]}, batch {args.batch}, "
+          f"{frame['threads'].iloc[0]} thread(s): {len(frame)} layers, forward "
+          f"{format_duration(forward)}, backward {format_duration(backward)} "
+          f"(sum of per-layer medians of {args.iterations})")
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_collectives(args) -> int:
+    from . import MeasurementError
+    from .collectives import measure_collectives, write_measured_csv
+
+    sizes = [parse_size(s, what="--sizes") for s in _names(args.sizes, "--sizes")]
+    bandwidth = (parse_bandwidth(args.bandwidth, what="--bandwidth")
+                 if args.bandwidth is not None else None)
+    _positive(args.iterations, "--iterations")
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.topology_out and args.network != "shaped":
+        raise ConfigError("--topology-out needs --network shaped")
+    if args.bandwidth is not None and args.network != "shaped":
+        raise ConfigError("--bandwidth needs --network shaped (loopback is not shaped)")
+    frame = measure_collectives(args.ranks, sizes, _names(args.algorithms, "--algorithms"),
+                                backend=args.backend, network=args.network,
+                                bandwidth=bandwidth, iterations=args.iterations,
+                                warmup=args.warmup, device=args.device,
+                                timeout_s=args.timeout, topology_out=args.topology_out)
+    for _, row in frame.iterrows():
+        spread = row["time_std_us"] / row["time_us"] if row["time_us"] > 0 else 0.0
+        print(f"{row['algorithm']:<8} {format_size(row['size_bytes']):>10} "
+              f"{format_duration(row['time_us'] * 1e-6):>12} +-{spread:6.1%}  "
+              f"busbw {row['busbw_GBps']:8.4f} GB/s  correct={bool(row['correct'])}")
+    if args.output:
+        print(f"wrote {write_measured_csv(frame, args.output)}", file=sys.stderr)
+    if args.topology_out:
+        print(f"wrote {args.topology_out}", file=sys.stderr)
+    if not frame["correct"].all():
+        raise MeasurementError("an algorithm produced a wrong sum (see correct=False rows)")
+    return 0
+
+
+def add_measure_parser(subparsers) -> None:
+    """Add ``measure kernels`` and ``measure collectives`` to the ``clustersim`` subparsers."""
+    m = subparsers.add_parser("measure", help="measure per-layer compute and collectives for "
+                                              "real (needs PyTorch)")
+    sub = m.add_subparsers(dest="measure_command", required=True, parser_class=type(m))
+
+    k = sub.add_parser("kernels", help="per-layer forward/backward times of a model -> CSV")
+    k.add_argument("--model", required=True,
+                   help="alexnet, vgg16, resnet50, resnet101 or resnet152")
+    k.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    k.add_argument("--batch", type=int, default=8, help="samples per forward (default 8)")
+    k.add_argument("--iterations", type=int, default=20,
+                   help="timed runs per layer and phase (default 20)")
+    k.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    k.add_argument("--threads", type=int, default=None,
+                   help="intra-op CPU threads (default: torch's current count)")
+    k.add_argument("-o", "--output", required=True, help="per-layer CSV to write")
+    k.set_defaults(func=cmd_kernels)
+
+    c = sub.add_parser("collectives", help="all-reduce timings with torch.distributed -> CSV")
+    c.add_argument("--network", choices=["loopback", "shaped"], default="loopback",
+                   help="loopback, or shaped: one network namespace per rank on a tc-shaped "
+                        "bridge (root)")
+    c.add_argument("--ranks", type=int, default=4,
+                   help="worker ranks (ps adds one server process)")
+    c.add_argument("--bandwidth", default=None,
+                   help="shaped link rate per direction, e.g. 1Gbps (default 1Gbps)")
+    c.add_argument("--sizes", default="1MiB,4MiB,16MiB", help="comma-separated sizes")
+    c.add_argument("--algorithms", default="library,ring,tree,ps",
+                   help="comma-separated: library (gloo/nccl all_reduce), ring, tree, ps")
+    c.add_argument("--iterations", type=int, default=10, help="timed iterations (default 10)")
+    c.add_argument("--warmup", type=int, default=2, help="untimed iterations (default 2)")
+    c.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (nccl)")
+    c.add_argument("--backend", default=None, help="torch.distributed backend override")
+    c.add_argument("--timeout", type=float, default=None,
+                   help="wall-clock limit in seconds (default: from sizes and bandwidth)")
+    c.add_argument("-o", "--output", default=None, help="measurement CSV to write")
+    c.add_argument("--topology-out", default=None,
+                   help="shaped only: write the built network as a topology YAML")
+    c.set_defaults(func=cmd_collectives)
