@@ -386,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Flow-level simulator of gradient aggregation in distributed "
                                  "training: ring, trees, double binary tree, parameter servers.")
     parser.add_argument("--version", action="version", version=f"clustersim {__version__}")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="stop any simulation after this much wall time, with a report")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("collective", help="simulate collectives and print nccl-tests style rows")
@@ -486,8 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .engine.runner import wall_budget
+
     try:
-        return args.func(args)
+        with wall_budget(args.time_budget):
+            return args.func(args)
     except ClusterSimError as exc:
         print(f"clustersim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -130,3 +130,11 @@ def test_algorithm_options_reach_the_algorithm(capsys):
     code, _, err = run_cli(capsys, "collective", "--topology", "star", "--algorithm", "ring",
                            "--option", "segments=3", "--size", "1MiB")
     assert code == 2 and "segments" in err
+
+
+def test_time_budget_stops_a_long_run_with_one_line(capsys):
+    code, out, err = run_cli(capsys, "--time-budget", "0", "collective", "--topology", "star",
+                             "--param", "hosts=64", "--algorithm", "double_binary_tree",
+                             "--size", "256MiB")
+    assert code == 2 and out == ""
+    assert "wall-clock budget exceeded" in err and err.count("\n") == 1

@@ -176,3 +176,38 @@ def test_vector_solver_equals_heap_solver(flow_res, caps):
     a = max_min_rates([tuple(r) for r in flow_res], capacity)
     b = max_min_rates_vector([tuple(r) for r in flow_res], capacity)
     assert all(math.isclose(x, y, rel_tol=1e-9) for x, y in zip(a, b))
+
+
+def test_failed_node_in_a_synchronous_collective_reports_stuck_ranks_quickly():
+    """A host dies mid ring all-reduce: the run stops with the stuck-rank report, no hang."""
+    import time
+
+    from simulator.engine.runner import Engine
+    from simulator.errors import SimulationError
+    from simulator.schedules import make_schedule
+    from simulator.topology import load_topology
+
+    g = load_topology("star", {"hosts": 8, "link_bandwidth": "10GB/s"})
+    engine = Engine(g)
+    engine.launch(make_schedule("ring", "allreduce", 8, 64 << 20), [f"host{i}" for i in range(8)])
+    engine.fail_node("host3", at_s=1e-3)
+    t0 = time.perf_counter()
+    with pytest.raises(SimulationError) as err:
+        engine.run()
+    assert time.perf_counter() - t0 < 1.0
+    text = str(err.value)
+    assert "stuck ranks" in text and "failed nodes [host3] (at t=0.001 s)" in text
+    assert "cut off ranks [2, 3]" in text   # host3 (rank 3) and its ring predecessor
+
+
+def test_failure_after_completion_changes_nothing():
+    from simulator.engine.runner import Engine
+    from simulator.schedules import make_schedule
+    from simulator.topology import load_topology
+
+    g = load_topology("star", {"hosts": 4, "link_bandwidth": "10GB/s"})
+    engine = Engine(g)
+    run = engine.launch(make_schedule("ring", "allreduce", 4, 1 << 20), [f"host{i}" for i in range(4)])
+    engine.fail_node("host1", at_s=10.0)
+    engine.run()
+    assert run.remaining == 0 and run.end_s < 1e-3

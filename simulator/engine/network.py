@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from typing import Callable, Hashable
 
 import numpy as np
@@ -91,6 +92,7 @@ class FlowNetwork:
         self._next_fid = 0
         self.active = 0
         self.solves = 0
+        self.deadline: float | None = None   # wall-clock limit (time.monotonic), see runner
 
     # -- resources ----------------------------------------------------------------------------
     def resource(self, key: Hashable, capacity_bytes_per_s: float) -> int:
@@ -165,8 +167,14 @@ class FlowNetwork:
         """Re-solve max-min fair rates on the dirty component, then re-arm the wake-up."""
         self._solve_pending = False
         now = self.env.now
-        resources, flows = self._component()
         self.solves += 1
+        if self.deadline is not None and self.solves % 64 == 0 and time.monotonic() > self.deadline:
+            from ..errors import SimulationError
+
+            raise SimulationError(f"wall-clock budget exceeded at simulated t={now:.9g} s with "
+                                  f"{self.active} flows in flight; raise --time-budget or "
+                                  f"simulate fewer ranks, sizes or slices")
+        resources, flows = self._component()
         if flows:
             for f in flows:
                 if f.rate > 0.0:
@@ -237,6 +245,34 @@ class FlowNetwork:
             self._arm()
         for f in done:
             f.on_drained(f)
+
+    def abort(self, flow: Flow) -> None:
+        """Remove ``flow`` without completing it (a failed device or link): its bytes never
+        arrive and its ``on_drained`` never fires; the others are re-solved."""
+        if flow.remaining <= 0 or flow not in self.flows_on[flow.res[0]]:
+            return
+        now = self.env.now
+        flow.version += 1          # its pending completion entry becomes stale
+        self.active -= 1
+        for r in flow.res:
+            on = self.flows_on[r]
+            on.discard(flow)
+            if flow.rate > 0:
+                self.bytes_carried[r] += flow.size - max(
+                    0.0, flow.remaining - flow.rate * (now - flow.t_last))
+            if not on:
+                self.busy_time[r] += now - self.busy_since[r]
+            self._dirty.add(r)
+        flow.remaining = 0.0
+        self._request_solve()
+
+    def flows_through(self, resources) -> list[Flow]:
+        """Active flows using any of ``resources`` (sorted by id, for determinism)."""
+        found = {}
+        for r in resources:
+            for f in self.flows_on[r]:
+                found[f.fid] = f
+        return [found[k] for k in sorted(found)]
 
     # -- records ------------------------------------------------------------------------------
     def link_table(self) -> list[tuple[Hashable, float, float, float]]:

@@ -23,7 +23,9 @@ If the event queue runs dry while transfers remain, the run stops with a
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
+import time
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -63,6 +65,21 @@ class ScheduleRun:
         return self.end_s - self.start_s
 
 
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline",
+                                                                      default=None)
+
+
+@contextlib.contextmanager
+def wall_budget(seconds: float | None):
+    """Every engine created inside stops with a SimulationError once ``seconds`` of wall time
+    have passed (``clustersim --time-budget``); None means no limit."""
+    token = _DEADLINE.set(None if seconds is None else time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 @contextlib.contextmanager
 def paused_gc():
     """Pause the cyclic garbage collector: a run allocates millions of small acyclic objects,
@@ -95,9 +112,11 @@ class Engine:
         self.graph = graph
         self.env = simpy.Environment()
         self.network = FlowNetwork(self.env, record_rates=record_rates)
+        self.network.deadline = _DEADLINE.get()
         self.router = Router(graph)
         self.reduce_compute = reduce_compute
         self._device_free_at: dict[str, float] = {}
+        self.failed: dict[str, float] = {}      # failed node -> time of failure
         self.runs: list[ScheduleRun] = []
         self.compute_log: list[tuple[str, str, float, float]] = []
 
@@ -114,6 +133,26 @@ class Engine:
         self.compute_log.append((device, label, start, end))
         ev = self.env.timeout(end - now)
         ev.callbacks.append(lambda _e: then())
+
+    def fail_node(self, node: str, at_s: float) -> None:
+        """Fail topology node ``node`` at ``at_s``: flows through it stop where they are, and
+        no transfer whose path touches it starts afterwards. A synchronous collective that
+        needs the node then stops making progress, which :meth:`run` reports."""
+        if node not in self.graph:
+            raise TopologyError(f"cannot fail unknown node {node!r}")
+
+        def fail():
+            self.failed[node] = self.env.now
+            keys = [k for k in self.network.keys if _touches(k, node)]
+            idx = [self.network.index[k] for k in keys]
+            for flow in self.network.flows_through(idx):
+                self.network.abort(flow)
+
+        self.call_at(at_s, fail)
+
+    def blocked(self, path) -> bool:
+        """Whether ``path`` touches a failed node."""
+        return bool(self.failed) and any(n in self.failed for n in path.nodes)
 
     def call_at(self, time_s: float, fn) -> None:
         """Call ``fn()`` at simulated time ``time_s`` (now, if that is in the past)."""
@@ -193,7 +232,7 @@ class Engine:
 
         def try_start(c: int) -> None:
             q = queues[c]
-            if busy[c] or not q or not ready(q[0]):
+            if busy[c] or not q or not ready(q[0]) or self.blocked(paths[c]):
                 return
             i = q.popleft()
             busy[c] = True
@@ -275,10 +314,21 @@ class Engine:
                 waiting = np.flatnonzero(np.isnan(run.t_done))
                 ranks = sorted(set(sched.src[waiting].tolist()))
                 chunks = sorted(set(sched.src_chunk[waiting].tolist()))
+                failed = ""
+                if self.failed:
+                    cut = sorted({int(sched.src[i]) for i in waiting
+                                  if self.blocked(run.path_of[run.conn_of[i]])})
+                    failed = (f"; failed nodes {_abbrev(sorted(self.failed))} (at t="
+                              f"{min(self.failed.values()):.9g} s) cut off ranks {_abbrev(cut)}")
                 raise SimulationError(
                     f"{sched.algorithm} {sched.collective} made no progress at t={self.env.now:.9g} s: "
-                    f"{run.remaining} of {len(sched)} transfers never ran; stuck ranks "
-                    f"{_abbrev(ranks)}, chunks {_abbrev(chunks)}")
+                    f"{run.remaining} of {len(sched)} transfers never completed; stuck ranks "
+                    f"{_abbrev(ranks)}, chunks {_abbrev(chunks)}{failed}")
+
+
+def _touches(key, node: str) -> bool:
+    """Whether a network resource key (a link ``(u, v)`` or ``("node", n)``) involves ``node``."""
+    return node in key
 
 
 def _abbrev(values: list, limit: int = 10) -> str:
