@@ -87,7 +87,7 @@ class Scenario:
     topology: str
     topology_params: dict
     collective: CollectiveSweep | None = None
-    training: "TrainingSpec | None" = None
+    training: object = None  # a workload.sweep.TrainingSpec (imported lazily)
     description: str = ""
     seed: int = 0
     plots: tuple[str, ...] = ()

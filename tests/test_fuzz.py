@@ -10,7 +10,6 @@ summary through ``record_property``.
 import copy
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 

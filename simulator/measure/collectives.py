@@ -508,17 +508,10 @@ def write_measured_csv(frame: pd.DataFrame, path) -> Path:
     missing = [c for c in MEASURED_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"not a measurement frame: missing columns {', '.join(missing)}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            frame.to_csv(f, index=False, columns=list(MEASURED_COLUMNS), float_format="%.6g")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from ..report.output import write_text
+
+    return write_text(Path(path), frame.to_csv(index=False, columns=list(MEASURED_COLUMNS),
+                                               float_format="%.6g", lineterminator="\n"))
 
 
 if __name__ == "__main__":

@@ -52,8 +52,6 @@ Output schema (one row per leaf, in forward order)::
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -392,14 +390,7 @@ def write_kernels_csv(frame: pd.DataFrame, path) -> Path:
     missing = [c for c in KERNEL_COLUMNS if c not in frame.columns]
     if missing:
         raise ConfigError(f"not a per-layer kernel frame: missing columns {', '.join(missing)}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            frame.to_csv(f, index=False, columns=list(KERNEL_COLUMNS), float_format="%.9g")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from ..report.output import write_text
+
+    return write_text(Path(path), frame.to_csv(index=False, columns=list(KERNEL_COLUMNS),
+                                               float_format="%.9g", lineterminator="\n"))
