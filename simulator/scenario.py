@@ -365,7 +365,7 @@ def result_columns(scenario: Scenario) -> list[str]:
 
     body = list(TRAINING_COLUMNS) + list(EXTRA_COLUMNS) if scenario.training is not None \
         else list(RESULT_COLUMNS)
-    return ["scenario"] + body + ["seed"]
+    return ["scenario"] + body + ["seed", "clustersim_version"]
 
 
 def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: bool = False):
@@ -391,7 +391,10 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
         result = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
                                 slices=sweep.slices, reduce_compute=not sweep.free_reduce,
                                 record_rates=record_rates, **opts)
-    return {"scenario": scenario.name, **result.row, "seed": scenario.seed}, result.engine
+    from . import __version__
+
+    return ({"scenario": scenario.name, **result.row, "seed": scenario.seed,
+             "clustersim_version": __version__}, result.engine)
 
 
 def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:
