@@ -144,7 +144,7 @@ def cmd_collective(args) -> int:
             opts.update(extra.get(chosen, {}))
             result = run_collective(graph, args.collective, chosen, size, gpus=args.gpus,
                                     slices=args.slices, reduce_compute=not args.free_reduce,
-                                    **opts)
+                                    engine=args.engine, **opts)
             row = dict(result.row)
             if name == "auto":
                 row["algorithm"] = f"auto:{chosen}"
@@ -176,6 +176,8 @@ def format_table(frame: pd.DataFrame) -> str:
         "bottleneck": [f"{l} ({u:.0%})" for l, u in zip(frame["bottleneck_link"],
                                                           frame["bottleneck_utilisation"])],
     })
+    if "engine" in frame and (frame["engine"] != "event").any():
+        shown["engine"] = frame["engine"]
     fastest = frame.groupby("size_bytes")["time_s"].transform("min")
     if frame["algorithm"].nunique() > 1:
         shown["vs_best"] = [f"{t / b:.2f}x" if b > 0 else "-" for t, b in
@@ -288,6 +290,7 @@ def cmd_train(args) -> int:
     from .report.output import write_csv
     from .report.plots import TRAINING_PLOTS
     from .workload.models import get_model
+    from .workload.compression import parse_compression
     from .workload.sweep import PRECISIONS, TrainingSpec, run_training
     from .workload.training import PsConfig
 
@@ -316,7 +319,8 @@ def cmd_train(args) -> int:
         ps=PsConfig(servers=_servers(args.ps_servers), placement=args.ps_placement,
                     sharding=args.ps_sharding, staleness=_consistency(args.consistency),
                     local_aggregation=args.ps_local_aggregation),
-        measured_csv=args.compute)
+        measured_csv=args.compute,
+        compression=parse_compression(args.compression) if args.compression else None)
     frame = run_training(graph, spec)
     if args.format == "table":
         print(format_training_table(frame))
@@ -417,6 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "inner=ring, outer=double_binary_tree (repeatable)")
     c.add_argument("--free-reduce", action="store_true",
                    help="do not charge reduction compute on the receiving device")
+    c.add_argument("--engine", choices=["event", "fast", "auto"], default="event",
+                   help="event: the flow-level event engine (default); fast: the exact "
+                        "step-synchronous/symmetric fast path, an error where it cannot prove "
+                        "itself equal to the event engine; auto: fast where it applies, else "
+                        "event. The row's engine column says which ran")
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.set_defaults(func=cmd_collective)
 
@@ -447,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--compute", default=None, metavar="CSV",
                     help="measured per-layer times (clustersim measure kernels) instead of the "
                          "roofline model")
+    tr.add_argument("--compression", default=None, metavar="FORMAT",
+                    help="gradient compression: none, fp16, bf16, topk:FRACTION (e.g. "
+                         "topk:0.01) or onebit")
     tr.add_argument("--format", choices=["table", "csv", "json"], default="table")
     tr.add_argument("-o", "--output", default=None, help="folder for results.csv and plots")
     tr.set_defaults(func=cmd_train)

@@ -9,6 +9,12 @@ bottleneck_link, bottleneck_utilisation, ps_servers, ps_placement, topology, eng
 
 ``algbw_GBps`` = size / time and ``busbw_GBps`` = algbw x the nccl-tests bus factor (all-reduce
 2(n-1)/n; reduce-scatter, all-gather, all-to-all (n-1)/n; broadcast, reduce 1), GB = 1e9 bytes.
+
+``engine`` says which engine produced the row: ``event`` (the flow-level event engine) or
+``fast`` (:mod:`simulator.engine.fast`: the same times, computed without events where that is
+provably exact). ``run_collective(..., engine="auto")`` uses the fast path when it applies and
+the event engine otherwise. With the fast path there are no per-transfer or per-link-timeline
+records; ``bottleneck_link`` is still computed from the bytes each link carries over the run.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from .engine.fast import FastResult, NotApplicable, fast_collective
 from .engine.runner import Engine, ScheduleRun
-from .errors import ConfigError
+from .errors import ConfigError, unknown_name
 from .records import bottleneck, links_frame
 from .schedules import get_algorithm, make_schedule
 from .schedules.base import Schedule
 from .topology import endpoints, ps_endpoints
+
+#: Engines ``run_collective`` (and ``clustersim collective --engine``) accepts.
+ENGINES = ("event", "fast", "auto")
 
 RESULT_COLUMNS = ("collective", "algorithm", "gpus", "size_bytes", "slices", "time_s", "time_us",
                   "algbw_GBps", "busbw_GBps", "bottleneck_link", "bottleneck_utilisation",
@@ -42,12 +52,18 @@ def bus_factor(collective: str, ranks: int) -> float:
 
 @dataclass
 class CollectiveRun:
-    """Everything one collective simulation produced."""
+    """Everything one collective simulation produced.
+
+    With the fast path (``row["engine"] == "fast"``) ``run`` and ``engine`` are None,
+    ``schedule`` is None when the fast path never built it (the symmetric ring), and ``fast``
+    holds its :class:`~simulator.engine.fast.FastResult`.
+    """
 
     row: dict
-    run: ScheduleRun
-    engine: Engine
-    schedule: Schedule
+    run: ScheduleRun | None
+    engine: Engine | None
+    schedule: Schedule | None
+    fast: FastResult | None = None
 
 
 def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
@@ -115,29 +131,68 @@ def placement(graph: nx.DiGraph, gpus: int, servers: int = 0, dedicated: bool = 
 
 def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int, *,
                    gpus: int | None = None, slices: int = 1, reduce_compute: bool = True,
-                   record_rates: bool = False, engine: Engine | None = None,
-                   **options) -> CollectiveRun:
+                   record_rates: bool = False, sim_engine: Engine | None = None,
+                   engine: str = "event", **options) -> CollectiveRun:
     """Simulate one collective alone on ``graph`` and return its result row and records.
 
     ``options`` go to the algorithm (e.g. ``servers``, ``placement``, ``shards``, ``phased``
     for ``ps``; ``local_ranks``, ``inner``, ``outer`` for ``hierarchical``; ``root``).
+
+    ``engine``: ``"event"`` (default) runs the event engine (on ``sim_engine`` if given, where
+    other traffic may share the links); ``"fast"`` the fast path of
+    :mod:`simulator.engine.fast`, raising :class:`~simulator.engine.fast.NotApplicable` with
+    the reason when it cannot prove its answer equal to the event engine's; ``"auto"`` the fast
+    path when it applies, else the event engine. The row's ``engine`` column says which ran.
     """
+    if engine not in ENGINES:
+        raise unknown_name("engine", engine, ENGINES)
     n = len(endpoints(graph)) if gpus is None else int(gpus)
     if n < 1:
         raise ConfigError(f"--gpus must be >= 1, got {n}")
     options = default_options(graph, algorithm, n, options)
     servers = int(options.get("servers", 1)) if algorithm == "ps" else 0
     dedicated = options.get("placement", "dedicated") == "dedicated"
-    schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
+    schedule = None
+    if engine == "event":
+        schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
     nodes = placement(graph, n, servers, dedicated)
-    engine = engine or Engine(graph, reduce_compute=reduce_compute, record_rates=record_rates)
-    run = engine.launch(schedule, nodes, label=f"{algorithm}:{collective}:{size_bytes}")
-    engine.run()
+    if engine != "event":
+        if sim_engine is not None or record_rates:
+            if engine == "fast":
+                raise ConfigError("the fast engine runs a collective alone and keeps no link "
+                                  "timelines: use engine='event' with sim_engine or "
+                                  "record_rates")
+        else:
+            fast, schedule = fast_collective(graph, collective, algorithm, size_bytes, n, nodes,
+                                             slices=slices, reduce_compute=reduce_compute,
+                                             options=options)
+            if fast.applicable:
+                link, util = fast.bottleneck(graph)
+                row = _row(graph, collective, algorithm, size_bytes, n, slices, fast.time_s,
+                           link, util, servers, options, "fast")
+                return CollectiveRun(row=row, run=None, engine=None, schedule=schedule,
+                                     fast=fast)
+            if engine == "fast":
+                raise NotApplicable(f"the fast engine does not apply to {algorithm} "
+                                    f"{collective} on {n} ranks: {fast.reason}; use --engine "
+                                    f"auto or event")
+    if schedule is None:
+        schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
+    sim_engine = sim_engine or Engine(graph, reduce_compute=reduce_compute,
+                                      record_rates=record_rates)
+    run = sim_engine.launch(schedule, nodes, label=f"{algorithm}:{collective}:{size_bytes}")
+    sim_engine.run()
     time_s = run.time_s
-    links = links_frame(engine, time_s)
-    link, util = bottleneck(links)
+    link, util = bottleneck(links_frame(sim_engine, time_s))
+    row = _row(graph, collective, algorithm, size_bytes, n, slices, time_s, link, util, servers,
+               options, "event")
+    return CollectiveRun(row=row, run=run, engine=sim_engine, schedule=schedule)
+
+
+def _row(graph, collective, algorithm, size_bytes, n, slices, time_s, link, util, servers,
+         options, engine) -> dict:
     algbw = size_bytes / time_s / 1e9 if time_s > 0 else float("inf")
-    row = {
+    return {
         "collective": collective, "algorithm": algorithm, "gpus": n,
         "size_bytes": int(size_bytes), "slices": slices, "time_s": time_s,
         "time_us": time_s * 1e6, "algbw_GBps": algbw,
@@ -145,6 +200,5 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
         "bottleneck_link": link, "bottleneck_utilisation": util,
         "ps_servers": servers if algorithm == "ps" else 0,
         "ps_placement": options.get("placement", "dedicated") if algorithm == "ps" else "",
-        "topology": graph.graph.get("name", ""), "engine": "event",
+        "topology": graph.graph.get("name", ""), "engine": engine,
     }
-    return CollectiveRun(row=row, run=run, engine=engine, schedule=schedule)

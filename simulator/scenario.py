@@ -43,7 +43,9 @@ COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", 
 PS_KEYS = ("servers", "placement", "shards", "overlap")
 REPORT_KEYS = ("plots",)
 TRAINING_KEYS = ("models", "batch_per_gpu", "gpus", "aggregations", "precision", "device",
-                 "bucket", "overlap", "slices", "ps", "compute", "stragglers", "failure")
+                 "bucket", "overlap", "slices", "ps", "compute", "stragglers", "failure",
+                 "compression")
+COMPRESSION_KEYS = ("kind", "fraction", "error_feedback", "chunk_elements", "selection_passes")
 STRAGGLER_KEYS = ("count", "factors")
 FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "restart", "reform",
                 "policies")
@@ -272,7 +274,39 @@ def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
         overlap=_bool(data.get("overlap", True), where, path + ("overlap",)),
         slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
         ps=_training_ps(data.get("ps", {}), where), measured_csv=measured, seed=seed,
+        compression=_compression(data["compression"], where) if "compression" in data else None,
         **_straggler_fields(data, where), **_failure_fields(data, where))
+
+
+def _compression(data, where: Where):
+    """``compression: fp16`` (a registered format with its defaults) or a mapping
+    ``{kind: topk, fraction: 0.01, error_feedback: true}``."""
+    from .workload.compression import COMPRESSIONS, Compression, get_compression
+
+    path = ("training", "compression")
+    if isinstance(data, str):
+        _choice(data, where, path, tuple(COMPRESSIONS))
+        return get_compression(data)
+    check_keys(data, where, path, COMPRESSION_KEYS, required=("kind",))
+    kind = _choice(data["kind"], where, path + ("kind",), tuple(COMPRESSIONS))
+    fields = dict(vars(get_compression(kind)))
+    if "error_feedback" in data:
+        fields["error_feedback"] = _bool(data["error_feedback"], where,
+                                         path + ("error_feedback",))
+    if "chunk_elements" in data:
+        fields["chunk_elements"] = _int(data["chunk_elements"], where,
+                                        path + ("chunk_elements",), 0)
+    for key in ("fraction", "selection_passes"):
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise where.error(path + (key,), f"expected a number, got {value!r}")
+            fields[key] = float(value)
+    try:
+        return Compression(**fields)
+    except ClusterSimError as exc:
+        bad = next((k for k in COMPRESSION_KEYS[1:] if k in data and k in str(exc)), "kind")
+        raise where.error(path + (bad,), str(exc)) from None
 
 
 def _straggler_fields(data, where: Where) -> dict:

@@ -17,7 +17,10 @@ The model:
   capacity per unfrozen flow is smallest, give that share to its flows, and freeze them.
 * Only the connected component of flows and resources touched by a change is re-solved: rates
   elsewhere cannot change. All changes at one simulated instant are coalesced into one solve,
-  scheduled at the same time with a priority after ordinary events.
+  scheduled at the same time with a priority after ordinary events. A flow that starts at the
+  instant another drains on the same path (the next slice of a FIFO connection) leaves the
+  multiset of active paths, hence every max-min rate, unchanged: it takes over the drained
+  flow's rate and nothing is re-solved (exact; see :meth:`FlowNetwork._match`).
 * Progress is lazy: a flow's remaining bytes are brought up to date only when its rate changes.
 * One wake-up is pending at a time, for the earliest projected completion; it carries a
   generation number, so a wake-up made stale by a later solve does nothing (SimPy cannot cancel
@@ -85,6 +88,9 @@ class FlowNetwork:
         self.busy_since: list[float] = []
         self.rate_log: list[list[tuple[float, float]]] | None = [] if record_rates else None
         self._dirty: set[int] = set()
+        # changes since the last solve: flows started, and the paths (and rates) of flows drained
+        self._arrived: list[Flow] = []
+        self._departed: dict[tuple, list[float]] = {}
         self._solve_pending = False
         self._heap: list[tuple[float, int, int, Flow]] = []
         self._wake_generation = 0
@@ -119,21 +125,24 @@ class FlowNetwork:
         """Start a flow of ``size_bytes`` over ``resources``; ``on_drained(flow)`` fires when its
         last byte has left. A flow with no bytes or no resources drains immediately."""
         now = self.env.now
-        flow = Flow(self._next_fid, tuple(resources), size_bytes, on_drained, now)
+        res = resources if type(resources) is tuple else tuple(resources)
+        flow = Flow(self._next_fid, res, size_bytes, on_drained, now)
         self._next_fid += 1
-        if size_bytes <= 0 or not flow.res:
+        if size_bytes <= 0 or not res:
             flow.remaining = 0.0
             ev = self.env.timeout(0)
             ev.callbacks.append(lambda _e, f=flow: f.on_drained(f))
             return flow
         self.active += 1
-        for r in flow.res:
-            on = self.flows_on[r]
+        flows_on = self.flows_on
+        for r in res:
+            on = flows_on[r]
             if not on:
                 self.busy_since[r] = now
             on.add(flow)
-            self._dirty.add(r)
-        self._request_solve()
+        self._arrived.append(flow)
+        if not self._solve_pending:
+            self._request_solve()
         return flow
 
     def _request_solve(self) -> None:
@@ -144,6 +153,54 @@ class FlowNetwork:
             ev._value = None
             ev.callbacks.append(self._solve)
             self.env.schedule(ev, priority=SOLVE_PRIORITY)
+
+    def _match(self) -> None:
+        """Give a flow that started at this instant the rate of a flow that drained at it on
+        the same path, and mark every other change dirty.
+
+        Max-min rates depend only on the capacities and the multiset of active paths. Where
+        started and drained flows pair up path for path (the next slice of a FIFO connection
+        replacing the one that just drained), that multiset is unchanged, so is every rate, and
+        no solve is needed: an exact shortcut, not an approximation. Unpaired arrivals and
+        departures dirty their resources, whose components are re-solved as usual (paired
+        flows inside them included)."""
+        now = self.env.now
+        departed = self._departed
+        heap = self._heap
+        flows_on, capacity, log = self.flows_on, self.capacity, self.rate_log
+        for f in self._arrived:
+            if f.remaining <= 0.0:      # aborted before it was ever solved
+                continue
+            rates = departed.get(f.res)
+            if rates:
+                rate = rates.pop()
+            else:
+                # a flow alone on all its resources is a component of its own: its rate is
+                # its slowest resource's capacity, whatever else changes at this instant
+                rate = math.inf
+                for r in f.res:
+                    if len(flows_on[r]) != 1:
+                        rate = 0.0
+                        break
+                    if capacity[r] < rate:
+                        rate = capacity[r]
+                if rate == 0.0:
+                    self._dirty.update(f.res)
+                    continue
+                if log is not None:
+                    for r in f.res:
+                        if not log[r] or log[r][-1][1] != rate:
+                            log[r].append((now, rate))
+            f.rate = rate
+            f.t_last = now
+            f.version += 1
+            f.finish = now + f.remaining / rate
+            heapq.heappush(heap, (f.finish, f.fid, f.version, f))
+        for res, rates in departed.items():
+            if rates:
+                self._dirty.update(res)
+        self._arrived.clear()
+        departed.clear()
 
     def _component(self) -> tuple[list[int], list[Flow]]:
         """Resources and flows connected to the dirty resources."""
@@ -174,16 +231,37 @@ class FlowNetwork:
             raise SimulationError(f"wall-clock budget exceeded at simulated t={now:.9g} s with "
                                   f"{self.active} flows in flight; raise --time-budget or "
                                   f"simulate fewer ranks, sizes or slices")
+        self._match()
         resources, flows = self._component()
         if flows:
-            for f in flows:
+            flows_on, capacity = self.flows_on, self.capacity
+            rates = [0.0] * len(flows)
+            shared = []      # positions of flows that share a resource with another flow
+            for k, f in enumerate(flows):
                 if f.rate > 0.0:
                     f.remaining -= f.rate * (now - f.t_last)
                     if f.remaining < 0.0:
                         f.remaining = 0.0
                 f.t_last = now
-            solver = max_min_rates_vector if len(flows) > VECTOR_THRESHOLD else max_min_rates
-            rates = solver([f.res for f in flows], {r: self.capacity[r] for r in resources})
+                # alone on its resources: its own component, limited by its slowest one
+                rate = math.inf
+                for r in f.res:
+                    if len(flows_on[r]) != 1:
+                        rate = 0.0
+                        break
+                    if capacity[r] < rate:
+                        rate = capacity[r]
+                if rate == 0.0:
+                    shared.append(k)
+                else:
+                    rates[k] = rate
+            if shared:
+                solver = (max_min_rates_vector if len(shared) > VECTOR_THRESHOLD
+                          else max_min_rates)
+                paths = [flows[k].res for k in shared]
+                caps = {r: capacity[r] for res in paths for r in res}
+                for k, rate in zip(shared, solver(paths, caps)):
+                    rates[k] = rate
             heap = self._heap
             for f, rate in zip(flows, rates):
                 if rate != f.rate or f.finish == math.inf:
@@ -228,18 +306,26 @@ class FlowNetwork:
             if version == f.version:
                 f.version += 1
                 done.append(f)
+        departed = self._departed
+        flows_on, carried = self.flows_on, self.bytes_carried
+        busy_time, busy_since = self.busy_time, self.busy_since
+        self.active -= len(done)
         for f in done:
+            rates = departed.get(f.res)
+            if rates is None:
+                departed[f.res] = [f.rate]
+            else:
+                rates.append(f.rate)
             f.remaining = 0.0
             f.rate = 0.0
-            self.active -= 1
+            size = f.size
             for r in f.res:
-                on = self.flows_on[r]
+                on = flows_on[r]
                 on.discard(f)
-                self.bytes_carried[r] += f.size
+                carried[r] += size
                 if not on:
-                    self.busy_time[r] += now - self.busy_since[r]
-                self._dirty.add(r)
-        if self._dirty:
+                    busy_time[r] += now - busy_since[r]
+        if done or self._dirty:
             self._request_solve()
         else:
             self._arm()

@@ -189,22 +189,16 @@ class Engine:
         n_epochs = int(epoch[-1]) + 1 if n else 1
         epoch_left = np.bincount(epoch, minlength=n_epochs).tolist() if n else [0]
 
-        # FIFO connections in list order.
-        conn_key: dict[tuple[int, int, int], int] = {}
-        conn_of = np.empty(n, dtype=np.int64)
-        queues: list[deque] = []
-        srcs, dsts, chans = schedule.src.tolist(), schedule.dst.tolist(), schedule.channel.tolist()
-        for i in range(n):
-            key = (srcs[i], dsts[i], chans[i])
-            c = conn_key.get(key)
-            if c is None:
-                c = conn_key[key] = len(queues)
-                queues.append(deque())
-            queues[c].append(i)
-            conn_of[i] = c
+        # FIFO connections (src, dst, channel), numbered in order of first use; each queue in
+        # list order.
+        conn_of, heads = _connections(schedule)
+        by_conn = np.argsort(conn_of, kind="stable")
+        bounds = np.searchsorted(conn_of[by_conn], np.arange(len(heads) + 1)).tolist()
+        members = by_conn.tolist()
+        queues = [deque(members[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
         net = self.network
         paths, conn_res = [], []
-        for (s, d, _ch) in conn_key:
+        for s, d in zip(schedule.src[heads].tolist(), schedule.dst[heads].tolist()):
             path = self.router.path(placement[s], placement[d])
             paths.append(path)
             conn_res.append(tuple(net.resource(k, self.router.capacity(k))
@@ -226,43 +220,66 @@ class Engine:
         open_epoch = [0]
         env = self.env
         conn_of_l = conn_of.tolist()
-
-        def ready(i: int) -> bool:
-            return pending[i] == 0 and epoch_l[i] <= open_epoch[0]
+        latency = [path.latency_s for path in paths]
+        failed = self.failed
+        # reduction rate of every rank's device (inf: free)
+        dst_l = schedule.dst.tolist()
+        rank_rate = [self.reduce_rate(node) for node in placement[:schedule.total_ranks]]
 
         def try_start(c: int) -> None:
             q = queues[c]
-            if busy[c] or not q or not ready(q[0]) or self.blocked(paths[c]):
+            if busy[c] or not q:
                 return
-            i = q.popleft()
+            i = q[0]
+            if pending[i] or epoch_l[i] > open_epoch[0] or (failed and self.blocked(paths[c])):
+                return
+            q.popleft()
             busy[c] = True
             run.t_start[i] = env.now
             net.start(conn_res[c], nbytes[i], lambda _f, i=i: drained(i))
 
+        arrivals: dict[float, list[int]] = {}   # delivery time -> transfers, in drain order
+
         def drained(i: int) -> None:
-            run.t_drained[i] = env.now
+            now = env.now
+            run.t_drained[i] = now
             c = conn_of_l[i]
             busy[c] = False
-            lat = paths[c].latency_s
+            lat = latency[c]
             if lat > 0:
-                ev = env.timeout(lat)
-                ev.callbacks.append(lambda _e, i=i: delivered(i))
+                # one SimPy event per delivery instant, not per transfer: a ring step drains
+                # p transfers at once, all delivered one path latency later
+                t = now + lat
+                batch = arrivals.get(t)
+                if batch is None:
+                    arrivals[t] = [i]
+                    ev = env.timeout(lat)
+                    ev.callbacks.append(lambda _e, t=t: deliver_all(t))
+                else:
+                    batch.append(i)
             else:
                 delivered(i)
-            try_start(c)
+            q = queues[c]
+            if q and not pending[q[0]]:
+                try_start(c)
+
+        def deliver_all(t: float) -> None:
+            for i in arrivals.pop(t):
+                delivered(i)
 
         def delivered(i: int) -> None:
             run.t_delivered[i] = env.now
             if reduces[i]:
-                device = placement[schedule.dst[i]]
-                rate = self.reduce_rate(device)
+                rate = rank_rate[dst_l[i]]
                 if rate != math.inf:
-                    self.compute(device, nbytes[i] / rate, "reduce", lambda i=i: complete(i))
+                    self.compute(placement[dst_l[i]], nbytes[i] / rate, "reduce",
+                                 lambda i=i: complete(i))
                     return
             complete(i)
 
         def complete(i: int) -> None:
-            run.t_done[i] = env.now
+            now = env.now
+            run.t_done[i] = now
             run.remaining -= 1
             for k in range(dep_ptr[i], dep_ptr[i + 1]):
                 j = dep_owner[k]
@@ -280,7 +297,7 @@ class Engine:
                     for c in range(len(queues)):
                         try_start(c)
             if run.remaining == 0:
-                run.end_s = env.now
+                run.end_s = now
                 run.done_event.succeed(run)
 
         if n == 0:
@@ -329,6 +346,22 @@ class Engine:
 def _touches(key, node: str) -> bool:
     """Whether a network resource key (a link ``(u, v)`` or ``("node", n)``) involves ``node``."""
     return node in key
+
+
+def _connections(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """FIFO connection of every transfer (its ``(src, dst, channel)``, numbered in order of
+    first use) and the first transfer of each connection."""
+    n = len(schedule)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    chan = schedule.channel.astype(np.int64)
+    key = ((schedule.src.astype(np.int64) * schedule.total_ranks + schedule.dst)
+           * (int(chan.max()) + 1) + chan)
+    _keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    number = np.empty(len(first), dtype=np.int64)
+    number[by_first] = np.arange(len(first))
+    return number[inverse.ravel()], first[by_first]
 
 
 def _abbrev(values: list, limit: int = 10) -> str:

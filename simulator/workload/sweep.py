@@ -24,11 +24,14 @@ import re
 
 import numpy as np
 
+from .compression import Compression
+from .energy import ENERGY_COLUMNS, energy_columns
 from .faults import FailurePlan, goodput
 from .training import DDP_BUCKET_BYTES, TRAINING_COLUMNS, PsConfig, simulate_training
 
 EXTRA_COLUMNS = ("device", "straggler_factor", "stragglers", "failure_policy", "recovery",
-                 "goodput_samples_s", "lost_s", "stalled_s")
+                 "goodput_samples_s", "lost_s", "stalled_s", "compression",
+                 "wire_bytes_per_iteration") + ENERGY_COLUMNS
 
 #: Bytes per gradient element on the wire: mixed precision (amp) all-reduces fp16 gradients.
 GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
@@ -55,6 +58,7 @@ class TrainingSpec:
     failure: FailurePlan | None = None
     failure_policies: tuple[str, ...] = ("none",)
     seed: int = 0
+    compression: Compression | None = None   # gradient format on the wire (None: dense)
 
 
 def resolve_aggregation(name: str, ps: PsConfig) -> tuple[str, PsConfig]:
@@ -122,7 +126,8 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             graph, profile, gpus=n, batch_per_gpu=spec.batch_per_gpu, aggregation=kind,
             model_name=model_name, gradient_bytes=grads, precision=spec.precision,
             bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=ps,
-            record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed))
+            record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed),
+            compression=spec.compression)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,
@@ -139,6 +144,7 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     row.update(failure_policy=policy, recovery=fate["policy"],
                goodput_samples_s=fate["goodput_samples_s"],
                lost_s=fate["lost_s"], stalled_s=fate["stalled_s"])
+    row.update(energy_columns(row, result.engine, device, gpus, result.iterations))
     result.row = row
     return result
 

@@ -18,6 +18,10 @@ Aggregation is either
   ``i - 1 - k``. ``k = 0`` is BSP (synchronous), ``k > 0`` SSP, ``k = None`` asynchronous
   (workers never wait; the gradient staleness distribution is reported).
 
+Either can carry compressed gradients (:mod:`.compression`): smaller payloads, (de)compression
+kernels on the GPUs (and servers) around each bucket's aggregation, and an all-gather in place
+of the all-reduce for formats that cannot be summed in flight (top-k, 1-bit).
+
 Compute comes from a :class:`~simulator.workload.compute.ComputeProfile`; its timeline is
 analytic (compute and communication use different resources: NCCL and PS traffic run on their
 own streams and links), and only communication is simulated on the flow network.
@@ -39,6 +43,7 @@ from ..records import bottleneck, links_frame
 from ..schedules import make_schedule
 from ..schedules.base import ScheduleBuilder
 from ..topology import endpoints, ps_endpoints
+from .compression import Compression
 
 DDP_BUCKET_BYTES = 25 << 20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
 
@@ -126,6 +131,7 @@ class TrainingResult:
     row: dict
     engine: Engine
     staleness: list = field(default_factory=list)
+    iterations: int = 1        # iterations the engine simulated (per worker)
 
 
 def _placement_nodes(graph, gpus: int) -> list[str]:
@@ -174,7 +180,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       bucket_bytes: int = DDP_BUCKET_BYTES, overlap: bool = True,
                       slices: int = 1, ps: PsConfig | None = None,
                       options: dict | None = None, record_rates: bool = False,
-                      slowdown=None) -> TrainingResult:
+                      slowdown=None, compression: Compression | None = None) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -201,16 +207,20 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     workers = _placement_nodes(graph, gpus)
     engine = Engine(graph, record_rates=record_rates)
     staleness: list[int] = []
+    codec = _Codec(graph, compression or Compression(), precision)
     if aggregation == "ps":
         ps = ps or PsConfig()
+        iterations = max(2, ps.iterations)
         iteration_s, comm_busy, rate = _run_ps(engine, graph, workers, grad, buckets, fwd,
-                                               profile, ps, staleness, slow)
+                                               profile, ps, staleness, slow, codec)
     else:
         ps = None
+        iterations = 1
         iteration_s, comm_busy = _run_collective(engine, workers, buckets, fwd, sum(bwd),
                                                  profile.optimizer_s, aggregation, slices,
-                                                 dict(options or {}), graph, max(slow))
+                                                 dict(options or {}), graph, max(slow), codec)
         rate = gpus / iteration_s
+    wire = sum(int(run.schedule.transfer_bytes.sum()) for run in engine.runs) / iterations
     links = links_frame(engine, engine.env.now)
     link, util = bottleneck(links)
     throughput = rate * batch_per_gpu          # samples/s over all workers
@@ -229,27 +239,43 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         "staleness_mean": float(np.mean(staleness)) if staleness else 0.0,
         "staleness_max": int(max(staleness)) if staleness else 0,
         "topology": graph.graph.get("name", ""),
+        "compression": codec.format.label, "wire_bytes_per_iteration": wire,
     }
-    return TrainingResult(row=row, engine=engine, staleness=staleness)
+    return TrainingResult(row=row, engine=engine, staleness=staleness, iterations=iterations)
 
 
 def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algorithm, slices,
-                    options, graph, slowest: float = 1.0):
+                    options, graph, slowest: float = 1.0, codec: "_Codec | None" = None):
     """BSP with one all-reduce per bucket, serialised on one communicator stream.
 
     A bucket's all-reduce starts when the slowest worker (compute scaled by ``slowest``) has
-    produced it: a synchronous collective cannot run ahead of its last participant.
+    produced it: a synchronous collective cannot run ahead of its last participant. With
+    compression, every worker first compresses the bucket (its aggregation starts when the last
+    one has), and after the collective decompresses it (the communicator stream is free by then;
+    the bucket counts as aggregated when the last worker has decompressed). Formats that cannot
+    be summed in flight are all-gathered (:func:`_collective_schedule`).
     """
     n = len(workers)
+    codec = codec or _Codec(graph, Compression(), "fp32")
     fwd, bwd_total, optimizer_s = fwd * slowest, bwd_total * slowest, optimizer_s * slowest
     if n == 1 or not buckets:
         return fwd + bwd_total + optimizer_s, 0.0
-    from ..collective import default_options
-
-    options = default_options(graph, algorithm, n, options)
-    schedules = [make_schedule(algorithm, "allreduce", n, b.size_bytes, slices=slices, **options)
+    schedules = [_collective_schedule(graph, algorithm, n, codec, b.size_bytes, slices, options)
                  for b in buckets]
     state = {"busy": False, "queue": [], "ends": [], "busy_s": 0.0}
+
+    def on_all_workers(kernel, k, then):
+        """Run bucket ``k``'s (de)compression kernel on every worker; ``then()`` after the last."""
+        left = {"n": n}
+
+        def one_done():
+            left["n"] -= 1
+            if left["n"] == 0:
+                then()
+
+        for w in workers:
+            engine.compute(w, codec.seconds(w, kernel(buckets[k].size_bytes, n)) * slowest,
+                           f"{kernel.__name__} b{k}", one_done)
 
     def start_next():
         if state["busy"] or not state["queue"]:
@@ -258,12 +284,12 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
         state["busy"] = True
         run = engine.launch(schedules[k], workers, label=f"bucket{k}")
         begin = engine.env.now
-        run.done_event.callbacks.append(lambda _e, begin=begin: finished(begin))
+        run.done_event.callbacks.append(lambda _e, begin=begin, k=k: finished(begin, k))
 
-    def finished(begin):
+    def finished(begin, k):
         state["busy"] = False
-        state["ends"].append(engine.env.now)
         state["busy_s"] += engine.env.now - begin
+        on_all_workers(codec.decompress, k, lambda: state["ends"].append(engine.env.now))
         start_next()
 
     def ready(k):
@@ -271,20 +297,93 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
         start_next()
 
     for k, b in enumerate(buckets):
-        engine.call_at(fwd + b.ready_s * slowest, lambda k=k: ready(k))
+        engine.call_at(fwd + b.ready_s * slowest,
+                       lambda k=k: on_all_workers(codec.compress, k, lambda k=k: ready(k)))
     engine.run()
     comm_end = max(state["ends"])
     return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"]
 
 
-def _transfer_schedule(kind: str, shares: np.ndarray, servers: int):
-    """One worker (rank 0) pushing its shares to servers 1..S (reduce), or pulling them back."""
+def _collective_schedule(graph, algorithm, n, codec, size_bytes, slices, options):
+    """One bucket's aggregation: an all-reduce of the (compressed) bucket, or for formats that
+    cannot be summed in flight an all-gather of ``n`` payloads with ``algorithm`` (ring when it
+    has no all-gather). An all-gather of an ``M``-byte message has every rank contribute
+    ``M / n``, so gathering ``n`` payloads of ``P`` bytes is an all-gather of ``M = n P``."""
+    from ..collective import default_options
+    from ..schedules import get_algorithm
+
+    payload = codec.wire(size_bytes)
+    if codec.format.summable:
+        opts = default_options(graph, algorithm, n, options)
+        return make_schedule(algorithm, "allreduce", n, payload, slices=slices, **opts)
+    gather = algorithm if "allgather" in get_algorithm(algorithm).collectives else "ring"
+    opts = default_options(graph, gather, n, options if gather == algorithm else {})
+    return make_schedule(gather, "allgather", n, n * payload, slices=slices, **opts)
+
+
+@dataclass(frozen=True)
+class _Codec:
+    """A compression format bound to the gradient precision and the devices' memory bandwidth.
+
+    Kernel durations are memory traffic over the node's ``memory_bandwidth_bytes_per_s``, or
+    3 x its ``reduce_bytes_per_s`` (the engine's convention) when it has none; a node without
+    either (or with free reductions) compresses for free.
+    """
+
+    graph: object
+    format: Compression
+    precision: str
+
+    @property
+    def element_bytes(self) -> int:
+        from .sweep import GRADIENT_BYTES
+
+        return GRADIENT_BYTES.get(self.precision, 4)
+
+    def wire(self, size_bytes: int) -> int:
+        return self.format.wire_bytes(size_bytes, self.element_bytes)
+
+    def pull(self, size_bytes: int) -> int:
+        return self.format.pull_bytes(size_bytes, self.element_bytes)
+
+    def seconds(self, node: str, traffic_bytes: float) -> float:
+        if traffic_bytes <= 0:
+            return 0.0
+        attrs = self.graph.nodes[node]
+        bandwidth = attrs.get("memory_bandwidth_bytes_per_s")
+        if bandwidth is None:
+            bandwidth = 3 * float(attrs.get("reduce_bytes_per_s", math.inf))
+        return traffic_bytes / bandwidth if math.isfinite(bandwidth) else 0.0
+
+    # memory traffic of the kernels, bytes (names label the compute records)
+    def compress(self, size_bytes: int, _n: int = 1) -> float:
+        return self.format.compress_traffic_bytes(size_bytes, self.element_bytes)
+
+    def decompress(self, size_bytes: int, n: int) -> float:
+        """After the collective: cast back an all-reduced fp16 bucket, or sum ``n`` gathered
+        payloads."""
+        if self.format.summable:
+            return self.format.unpack_traffic_bytes(size_bytes, self.element_bytes)
+        return self.format.gather_decompress_traffic_bytes(size_bytes, n, self.element_bytes)
+
+    def accumulate(self, size_bytes: int) -> float:
+        """A parameter server adding one pushed payload into its sum."""
+        return self.format.accumulate_traffic_bytes(size_bytes, self.element_bytes)
+
+    def unpack(self, size_bytes: int) -> float:
+        """A worker turning pulled half-precision parameters back to full precision."""
+        return self.format.unpack_traffic_bytes(size_bytes, self.element_bytes)
+
+
+def _transfer_schedule(kind: str, shares: np.ndarray, servers: int, reduce: bool = True):
+    """One worker (rank 0) pushing its shares to servers 1..S (``reduce``: the engine charges
+    the server's summation), or pulling them back."""
     b = ScheduleBuilder("allreduce", f"ps_{kind}", 1, shares, helper_ranks=servers)
     for k in range(servers):
         if shares[k] <= 0:
             continue
         if kind == "push":
-            b.send(0, 1 + k, k, reduce=True, step=0, phase="push")
+            b.send(0, 1 + k, k, reduce=reduce, step=0, phase="push")
         else:
             b.send(1 + k, 0, k, reduce=False, step=1, phase="pull")
     return b.build()
@@ -305,13 +404,20 @@ LOCAL_SEGMENTS = 4
 
 
 def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, staleness,
-            slow=None):
+            slow=None, codec: _Codec | None = None):
     """Parameter servers with bounded staleness; returns (iteration_s, comm busy per client).
 
     A *client* is one GPU, or with ``local_aggregation`` one machine: its GPUs first reduce each
     bucket onto the machine's first GPU (a pipelined binary tree), which pushes it; after the
     pull, that GPU broadcasts the parameters to the others.
+
+    With compression the pushing GPU compresses each bucket first; each server receives its
+    share's payload as a copy and then decompresses it into its sum (a compute record on the
+    server, FIFO with the other workers' pushes); pulls carry dense parameters (half-precision
+    ones with fp16/bf16, which the worker casts back before its forward).
     """
+    codec = codec or _Codec(graph, Compression(), "fp32")
+    plain = codec.format.identity
     groups = _groups(graph, workers, ps.local_aggregation)
     n, servers = len(groups), server_count(graph, workers, ps)
     factor_of = dict(zip(workers, slow or [1.0] * len(workers)))
@@ -336,8 +442,27 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
         return out
 
     model_shares = shares_of(range(len(grad)))
-    push_schedules = [_transfer_schedule("push", shares_of(b.layers), servers) for b in buckets]
-    pull_schedule = _transfer_schedule("pull", model_shares, servers)
+    if plain:
+        push_schedules = [_transfer_schedule("push", shares_of(b.layers), servers)
+                          for b in buckets]
+        pull_schedule = _transfer_schedule("pull", model_shares, servers)
+    else:
+        # per bucket: (server, one-transfer push of its compressed share, server memory traffic)
+        push_schedules = []
+        for b in buckets:
+            shares = shares_of(b.layers)
+            parts = []
+            for k in range(servers):
+                if shares[k] > 0:
+                    onehot = np.zeros(servers, dtype=np.int64)
+                    onehot[k] = codec.wire(int(shares[k]))
+                    parts.append((k, _transfer_schedule("push", onehot, servers, reduce=False),
+                                  codec.accumulate(int(shares[k]))))
+            push_schedules.append(parts)
+        pull_schedule = _transfer_schedule(
+            "pull", np.array([codec.pull(int(x)) for x in model_shares], dtype=np.int64),
+            servers)
+    unpack_traffic = codec.unpack(int(model_shares.sum()))
     local_size = {len(g) for g in groups if len(g) > 1}
     local_reduce = {(L, k): make_schedule("tree", "reduce", L, b.size_bytes,
                                           segments=LOCAL_SEGMENTS)
@@ -376,12 +501,18 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
             waiting.append(w)
             return
         starts[w].append(engine.env.now)
-        placement = [groups[w][0]] + server_nodes
+        leader = groups[w][0]
+        placement = [leader] + server_nodes
         t0 = engine.env.now
+
+        def broadcast():
+            then(local_bcast.get(len(groups[w])), groups[w], f"bcast w{w} it{it}",
+                 lambda: pulled(w, it, t0))
+
         run = engine.launch(pull_schedule, placement, label=f"pull w{w} it{it}")
         run.done_event.callbacks.append(
-            lambda _e: then(local_bcast.get(len(groups[w])), groups[w], f"bcast w{w} it{it}",
-                            lambda: pulled(w, it, t0)))
+            lambda _e: engine.compute(leader, codec.seconds(leader, unpack_traffic) * pace[w],
+                                      "unpack", broadcast))
 
     def pulled(w, it, t0):
         intervals[w].append((t0, engine.env.now))
@@ -395,13 +526,34 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
 
     def push(w, it, k, remaining):
         t0 = engine.env.now
+        leader = groups[w][0]
+        placement = [leader] + server_nodes
 
         def send():
-            placement = [groups[w][0]] + server_nodes
-            run = engine.launch(push_schedules[k], placement, label=f"push w{w} it{it} b{k}")
-            run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
+            if plain:
+                run = engine.launch(push_schedules[k], placement, label=f"push w{w} it{it} b{k}")
+                run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
+                return
+            left = {"n": len(push_schedules[k])}
 
-        then(local_reduce.get((len(groups[w]), k)), groups[w], f"reduce w{w} it{it} b{k}", send)
+            def part_done():
+                left["n"] -= 1
+                if left["n"] == 0:
+                    pushed_bucket(w, it, t0, remaining)
+
+            for s, schedule, traffic in push_schedules[k]:
+                node = server_nodes[s]
+                run = engine.launch(schedule, placement, label=f"push w{w} it{it} b{k} s{s}")
+                run.done_event.callbacks.append(
+                    lambda _e, node=node, traffic=traffic: engine.compute(
+                        node, codec.seconds(node, traffic), f"accumulate b{k}", part_done))
+
+        def compress():
+            seconds = codec.seconds(leader, codec.compress(buckets[k].size_bytes)) * pace[w]
+            engine.compute(leader, seconds, f"compress b{k}", send)
+
+        then(local_reduce.get((len(groups[w]), k)), groups[w], f"reduce w{w} it{it} b{k}",
+             compress)
 
     def pushed_bucket(w, it, t0, remaining):
         intervals[w].append((t0, engine.env.now))
