@@ -37,11 +37,25 @@ the ones solved together. That holds when
 Under (1) and (2) the connected component of any active flow in the event run contains only
 flows of its own wave, and max-min rates depend on nothing outside a component, so every rate,
 drain, delivery and completion agrees with the engine. Reductions queue FIFO per device in
-delivery order; deliveries of one device that tie (within 1e-9 relative) are accepted only when
-the order between them cannot matter: the tied transfers have identical sets of dependents, so
-every dependent waits for all of them. Data-flow dependencies that cross a ``sync`` barrier
-are implied by the barrier and are dropped (dependencies are derived per barrier epoch), which
-keeps a bulk-synchronous parameter server at ``O(N)`` dependencies instead of ``O(N^2)``.
+delivery order (a later step's reduction reaching a device before an earlier step's is
+refused). Deliveries to one device that tie (within 1e-9 relative) may be served in either
+order, so the last completion of the group is order-free but not who finishes first: a transfer
+waiting for the whole group is exact, and one waiting for part of it is accepted only when its
+start is the same with the earliest completion the tied transfers could have (its other
+predecessors decide). Data-flow dependencies that cross a ``sync`` barrier are implied by the
+barrier and are dropped (dependencies are derived per barrier epoch), which keeps a
+bulk-synchronous parameter server at ``O(N)`` dependencies instead of ``O(N^2)``.
+
+Aligned steps (:func:`aligned_time`, tried first, no dependency graph)
+---------------------------------------------------------------------
+When the steps run in lockstep the dependency graph is not needed at all. If the list is sorted
+by step, no two transfers of a step touch the same (rank, chunk) with a write or share a FIFO
+connection (so every dependency points to an earlier step), and every transfer of a step either
+reads a chunk written in the previous step, which ended at one instant ``T`` on every rank, or
+starts behind a barrier, then every transfer of the step starts at ``T``, and the collective is
+the sum of one wave per step. Chunk *intervals* are compared, not chunks, which keeps
+halving-doubling at 16,384 ranks (transfers of up to 8,192 chunks) at the cost of its 458,752
+transfers, where the chunk-level dependency graph would need half a billion accesses.
 
 What passes: ring, halving-doubling, binomial tree, NCCL tree (whole message), direct, parameter
 server phases, on uncontended topologies (star, non-blocking fat tree, an NVSwitch machine) and
@@ -106,13 +120,18 @@ class FastResult:
     reason : str
         Why it does not apply (empty when it does).
     method : str
-        ``"ring-symmetric"`` or ``"step-synchronous"`` (or the one that was tried).
+        ``"ring-symmetric"``, ``"aligned-steps"`` or ``"step-synchronous"`` (or the one that
+        was tried last).
     steps : int
         Algorithm steps evaluated.
     solves : int
         Max-min solves performed (flows alone on their links need none).
     links : tuple of (key, capacity_bytes_per_s, bytes_carried)
         Every resource on a path the schedule uses, with the bytes that crossed it.
+    bytes_sent : float
+        Bytes of all transfers (``schedule.transfer_bytes.sum()``).
+    reduce_s : tuple of (node, seconds)
+        Total reduction compute charged on each device (what the engine's compute log sums to).
     """
 
     time_s: float
@@ -122,6 +141,8 @@ class FastResult:
     steps: int = 0
     solves: int = 0
     links: tuple = ()
+    bytes_sent: float = 0.0
+    reduce_s: tuple = ()
 
     def bottleneck(self, graph: nx.DiGraph) -> tuple[str, float]:
         """Most utilised resource over the run and its utilisation, as the engine's rows."""
@@ -221,6 +242,16 @@ class _Paths:
 
     def table(self, res_bytes: np.ndarray) -> tuple:
         return tuple((k, c, float(b)) for k, c, b in zip(self.keys, self.capacity, res_bytes))
+
+
+def _reduce_totals(nodes, dst_rank: np.ndarray, dur: np.ndarray) -> tuple:
+    """``(node, seconds)`` of reduction compute per device, in node order."""
+    per_rank = np.bincount(dst_rank, weights=dur, minlength=len(nodes))
+    totals: dict = {}
+    for node, sec in zip(nodes, per_rank.tolist()):
+        if sec > 0:
+            totals[node] = totals.get(node, 0.0) + sec
+    return tuple(sorted(totals.items()))
 
 
 # -- array helpers -------------------------------------------------------------------------------
@@ -545,7 +576,9 @@ def _step_synchronous(schedule: Schedule, graph: nx.DiGraph, placement: tuple,
     res_bytes = np.bincount(p_res, weights=np.repeat(pair_bytes, np.diff(p_ptr)),
                             minlength=len(capacity))
     return FastResult(float(t_done.max()), True, "", method, steps=len(block_lo),
-                      solves=solves, links=paths.table(res_bytes))
+                      solves=solves, links=paths.table(res_bytes),
+                      bytes_sent=float(nbytes.sum()),
+                      reduce_s=_reduce_totals(nodes[:ranks], schedule.dst, dur))
 
 
 def _step_waves(start, nbytes, ptr, res, path_id, capacity) -> tuple[np.ndarray, int]:
@@ -816,7 +849,8 @@ def _aligned(schedule, graph, placement, reduce_compute) -> FastResult:
         np.bincount(pair_of, weights=np.where(net, nbytes, 0.0), minlength=len(pairs)),
         lengths), minlength=len(capacity))
     return FastResult(float(t), True, "", method, steps=len(heads), solves=solves,
-                      links=paths.table(res_bytes))
+                      links=paths.table(res_bytes), bytes_sent=float(nbytes.sum()),
+                      reduce_s=_reduce_totals(nodes[:ranks], dst, dur))
 
 
 # -- symmetric ring ------------------------------------------------------------------------------
@@ -875,6 +909,7 @@ def _ring(graph, placement, collective, size_bytes, channels, local_ranks, reduc
     rs_steps = p - 1 if collective in ("allreduce", "reduce_scatter") else 0
     ag_steps = p - 1 if collective in ("allreduce", "allgather") else 0
     t_rs = t_ag = 0.0
+    dur = np.zeros(len(dst))
     if rs_steps:
         rate = np.array([float(graph.nodes[nodes[d]].get("reduce_bytes_per_s", math.inf))
                          if reduce_compute else math.inf for d in dst.tolist()])
@@ -889,7 +924,9 @@ def _ring(graph, placement, collective, size_bytes, channels, local_ranks, reduc
     per_conn = (rs_steps + ag_steps) * float(chunk)
     res_bytes = np.bincount(res, minlength=len(capacity)) * per_conn
     return FastResult(float(time_s), True, "", method, steps=rs_steps + ag_steps,
-                      solves=solves, links=paths.table(res_bytes))
+                      solves=solves, links=paths.table(res_bytes),
+                      bytes_sent=per_conn * len(src),
+                      reduce_s=_reduce_totals(nodes, dst, rs_steps * dur))
 
 
 def _same_instant(done: np.ndarray) -> float:
@@ -901,6 +938,20 @@ def _same_instant(done: np.ndarray) -> float:
 
 
 # -- collective entry point ----------------------------------------------------------------------
+#: Schedules with more transfers than this are not built (for either engine, through here).
+MAX_TRANSFERS = 40_000_000
+
+
+def _quadratic_transfers(algorithm: str, collective: str, p: int, options: dict) -> int:
+    """Transfer count of the algorithms whose schedules grow as ``p^2`` (0 for the others)."""
+    if algorithm == "ring" and collective in RING_COLLECTIVES:
+        phases = 2 if collective == "allreduce" else 1
+        return phases * p * (p - 1) * int(options.get("channels", 1))
+    if algorithm == "direct":
+        return (2 if collective == "allreduce" else 1) * p * p
+    return 0
+
+
 def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int,
                     gpus: int, placement, *, slices: int = 1, reduce_compute: bool = True,
                     options: dict | None = None, schedule: Schedule | None = None):
@@ -926,6 +977,13 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
             return result, schedule
         reasons.append(f"{result.method}: {result.reason}")
     if schedule is None:
+        estimate = _quadratic_transfers(algorithm, collective, gpus, options) * slices
+        if estimate > MAX_TRANSFERS:
+            raise SimulationError(
+                f"{algorithm} {collective} on {gpus} ranks has about {estimate:,} transfers, "
+                f"too many to build (limit {MAX_TRANSFERS:,}); "
+                + (f"the symmetric ring does not apply ({reasons[0]})" if reasons else
+                   "use fewer ranks"))
         schedule = make_schedule(algorithm, collective, gpus, size_bytes, slices=slices,
                                  **options)
     if slices > 1:

@@ -34,6 +34,7 @@ incast) to floating-point precision; ``tests/test_engine.py`` checks them to 1e-
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from typing import Callable, Hashable
@@ -88,6 +89,7 @@ class FlowNetwork:
         self.busy_since: list[float] = []
         self.rate_log: list[list[tuple[float, float]]] | None = [] if record_rates else None
         self._dirty: set[int] = set()
+        self._cap_array = np.zeros(0)      # capacities as an array, for the vectorised solver
         # changes since the last solve: flows started, and the paths (and rates) of flows drained
         self._arrived: list[Flow] = []
         self._departed: dict[tuple, list[float]] = {}
@@ -182,8 +184,8 @@ class FlowNetwork:
                     if len(flows_on[r]) != 1:
                         rate = 0.0
                         break
-                    if capacity[r] < rate:
-                        rate = capacity[r]
+                    cap = capacity[r]
+                    rate = cap if cap < rate else rate  # noqa: FURB136 (hot loop, no call)
                 if rate == 0.0:
                     self._dirty.update(f.res)
                     continue
@@ -204,18 +206,19 @@ class FlowNetwork:
 
     def _component(self) -> tuple[list[int], list[Flow]]:
         """Resources and flows connected to the dirty resources."""
+        flows_on = self.flows_on
         seen_r = set(self._dirty)
-        stack = list(self._dirty)
+        stack = list(seen_r)
         flows: dict[int, Flow] = {}
+        add_r, push = seen_r.add, stack.append
         while stack:
-            r = stack.pop()
-            for f in self.flows_on[r]:
+            for f in flows_on[stack.pop()]:
                 if f.fid not in flows:
                     flows[f.fid] = f
                     for r2 in f.res:
                         if r2 not in seen_r:
-                            seen_r.add(r2)
-                            stack.append(r2)
+                            add_r(r2)
+                            push(r2)
         self._dirty.clear()
         # Sorted so that floating-point results never depend on set iteration order.
         return sorted(seen_r), [flows[k] for k in sorted(flows)]
@@ -249,18 +252,21 @@ class FlowNetwork:
                     if len(flows_on[r]) != 1:
                         rate = 0.0
                         break
-                    if capacity[r] < rate:
-                        rate = capacity[r]
+                    cap = capacity[r]
+                    rate = cap if cap < rate else rate  # noqa: FURB136 (hot loop, no call)
                 if rate == 0.0:
                     shared.append(k)
                 else:
                     rates[k] = rate
             if shared:
-                solver = (max_min_rates_vector if len(shared) > VECTOR_THRESHOLD
-                          else max_min_rates)
                 paths = [flows[k].res for k in shared]
-                caps = {r: capacity[r] for res in paths for r in res}
-                for k, rate in zip(shared, solver(paths, caps)):
+                if len(shared) > VECTOR_THRESHOLD:
+                    if len(self._cap_array) != len(capacity):
+                        self._cap_array = np.asarray(capacity, dtype=np.float64)
+                    solved = max_min_rates_vector(paths, self._cap_array)
+                else:
+                    solved = max_min_rates(paths, {r: capacity[r] for res in paths for r in res})
+                for k, rate in zip(shared, solved):
                     rates[k] = rate
             heap = self._heap
             for f, rate in zip(flows, rates):
@@ -424,22 +430,26 @@ def max_min_rates(flow_resources: list[tuple[int, ...]], capacity: dict[int, flo
 VECTOR_THRESHOLD = 48
 
 
-def max_min_rates_vector(flow_resources: list[tuple[int, ...]],
-                         capacity: dict[int, float]) -> list[float]:
+def max_min_rates_vector(flow_resources: list[tuple[int, ...]], capacity) -> list[float]:
     """Max-min fair rates by progressive filling, vectorised with numpy.
 
-    Same answer as :func:`max_min_rates` (the tests compare them); each round freezes every
+    ``capacity`` maps (or, as a list or array, indexes) resource id -> capacity; only the
+    resources the flows use are read. Same answer as :func:`max_min_rates` (the tests compare them); each
+    round freezes every
     unfrozen flow that crosses a resource whose fair share equals the current minimum. Rounds
     equal the number of distinct rate levels, usually a handful, so large components (all flows
     of a pipelined tree on one switch) cost a few array passes instead of a Python heap walk.
     """
-    keys = np.fromiter(capacity.keys(), dtype=np.int64, count=len(capacity))
-    caps = np.fromiter(capacity.values(), dtype=np.float64, count=len(capacity))
-    lookup = {int(k): i for i, k in enumerate(keys)}
-    lengths = np.fromiter((len(r) for r in flow_resources), dtype=np.int64,
-                          count=len(flow_resources))
-    flat_res = np.fromiter((lookup[r] for res in flow_resources for r in res), dtype=np.int64,
-                           count=int(lengths.sum()))
+    lengths = np.fromiter(map(len, flow_resources), dtype=np.int64, count=len(flow_resources))
+    flat = np.fromiter(itertools.chain.from_iterable(flow_resources), dtype=np.int64,
+                       count=int(lengths.sum()))
+    used_ids, flat_res = np.unique(flat, return_inverse=True)
+    flat_res = flat_res.ravel()
+    if isinstance(capacity, np.ndarray):
+        caps = capacity[used_ids].astype(np.float64)
+    else:
+        caps = np.fromiter((capacity[r] for r in used_ids.tolist()), dtype=np.float64,
+                           count=len(used_ids))
     flat_flow = np.repeat(np.arange(len(flow_resources)), lengths)
     n_res = len(caps)
     left = caps.copy()

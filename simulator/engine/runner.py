@@ -18,6 +18,11 @@ How a schedule executes (callbacks only, no SimPy process per flow):
 
 If the event queue runs dry while transfers remain, the run stops with a
 :class:`~simulator.errors.SimulationError` naming the stuck ranks and chunks, instead of hanging.
+
+Costs: deliveries due at the same instant share one SimPy event (a ring step drains ``p``
+transfers at once), and what a launch derives from the schedule alone (dependencies,
+connections) is computed once per schedule object, however often it is launched. For
+step-synchronous collectives :mod:`.fast` gives the same times without events.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import gc
-import time
+import itertools
 import math
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -119,6 +125,8 @@ class Engine:
         self.failed: dict[str, float] = {}      # failed node -> time of failure
         self.runs: list[ScheduleRun] = []
         self.compute_log: list[tuple[str, str, float, float]] = []
+        self._prep_cache: dict[int, _Prepared] = {}
+        self._placed_cache: dict[tuple, tuple] = {}
 
     # -- devices ------------------------------------------------------------------------------
     def compute(self, device: str, duration_s: float, label: str, then) -> None:
@@ -173,36 +181,49 @@ class Engine:
         with paused_gc():
             return self._launch(schedule, tuple(placement), label)
 
+    def _prepared(self, schedule: Schedule) -> _Prepared:
+        """What a launch derives from the schedule alone (dependencies, connections, columns
+        as lists), computed once per schedule object: training launches the same bucket and
+        push/pull schedules thousands of times."""
+        key = id(schedule)
+        found = self._prep_cache.get(key)
+        if found is not None and found.schedule is schedule:
+            return found
+        prep = _Prepared.of(schedule)
+        self._prep_cache[key] = prep      # holds the schedule, so its id is not reused
+        return prep
+
+    def _placed(self, schedule: Schedule, prep: _Prepared, placement: tuple):
+        """Paths, resource ids and latencies of the connections, and reduction rates of the
+        ranks, for one placement (cached like :meth:`_prepared`)."""
+        key = (id(schedule), placement)
+        found = self._placed_cache.get(key)
+        if found is not None:
+            return found
+        net = self.network
+        paths, conn_res = [], []
+        for s, d in zip(prep.head_src, prep.head_dst):
+            path = self.router.path(placement[s], placement[d])
+            paths.append(path)
+            conn_res.append(tuple(net.resource(k, self.router.capacity(k))
+                                  for k in path.resources))
+        latency = [path.latency_s for path in paths]
+        # reduction rate of every rank's device (inf: free)
+        rank_rate = [self.reduce_rate(node) for node in placement[:schedule.total_ranks]]
+        found = self._placed_cache[key] = (paths, conn_res, latency, rank_rate)
+        return found
+
     def _launch(self, schedule: Schedule, placement: tuple, label: str) -> ScheduleRun:
         if len(placement) < schedule.total_ranks:
             raise TopologyError(f"schedule needs {schedule.total_ranks} ranks, "
                                 f"placement has {len(placement)}")
         n = len(schedule)
-        indptr, indices = dependencies(schedule)
-        # Reverse edges: who waits for whom.
-        counts = np.diff(indptr)
-        order = np.argsort(indices, kind="stable")
-        dependents_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(indices, minlength=n), out=dependents_ptr[1:])
-        owners = np.repeat(np.arange(n), counts)[order]
-        epoch = epochs(schedule)
-        n_epochs = int(epoch[-1]) + 1 if n else 1
-        epoch_left = np.bincount(epoch, minlength=n_epochs).tolist() if n else [0]
-
-        # FIFO connections (src, dst, channel), numbered in order of first use; each queue in
-        # list order.
-        conn_of, heads = _connections(schedule)
-        by_conn = np.argsort(conn_of, kind="stable")
-        bounds = np.searchsorted(conn_of[by_conn], np.arange(len(heads) + 1)).tolist()
-        members = by_conn.tolist()
-        queues = [deque(members[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
-        net = self.network
-        paths, conn_res = [], []
-        for s, d in zip(schedule.src[heads].tolist(), schedule.dst[heads].tolist()):
-            path = self.router.path(placement[s], placement[d])
-            paths.append(path)
-            conn_res.append(tuple(net.resource(k, self.router.capacity(k))
-                                  for k in path.resources))
+        prep = self._prepared(schedule)
+        n_epochs = prep.n_epochs
+        epoch_left = list(prep.epoch_left)
+        queues = [deque(m) for m in prep.members]
+        paths, conn_res, latency, rank_rate = self._placed(schedule, prep, placement)
+        conn_of = prep.conn_of
 
         now = self.env.now
         run = ScheduleRun(schedule=schedule, placement=placement, label=label, start_s=now,
@@ -211,20 +232,15 @@ class Engine:
                           path_of=paths, conn_of=conn_of, done_event=simpy.Event(self.env),
                           remaining=n)
         self.runs.append(run)
-        pending = counts.tolist()
+        pending = list(prep.counts)
         busy = [False] * len(queues)
-        nbytes = schedule.transfer_bytes.tolist()
-        reduces = schedule.reduce.tolist()
-        epoch_l = epoch.tolist()
-        dep_ptr, dep_owner = dependents_ptr.tolist(), owners.tolist()
+        nbytes, reduces, epoch_l = prep.nbytes, prep.reduces, prep.epoch
+        dep_ptr, dep_owner = prep.dep_ptr, prep.dep_owner
         open_epoch = [0]
         env = self.env
-        conn_of_l = conn_of.tolist()
-        latency = [path.latency_s for path in paths]
+        net = self.network
+        conn_of_l, dst_l = prep.conn_of_l, prep.dst
         failed = self.failed
-        # reduction rate of every rank's device (inf: free)
-        dst_l = schedule.dst.tolist()
-        rank_rate = [self.reduce_rate(node) for node in placement[:schedule.total_ranks]]
 
         def try_start(c: int) -> None:
             q = queues[c]
@@ -346,6 +362,55 @@ class Engine:
 def _touches(key, node: str) -> bool:
     """Whether a network resource key (a link ``(u, v)`` or ``("node", n)``) involves ``node``."""
     return node in key
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A schedule's launch data that does not depend on placement or time (read-only)."""
+
+    schedule: Schedule
+    counts: list            # data-flow predecessors of every transfer
+    dep_ptr: list           # dependents, CSR
+    dep_owner: list
+    epoch: list
+    n_epochs: int
+    epoch_left: list
+    conn_of: np.ndarray     # FIFO connection of every transfer
+    conn_of_l: list
+    members: list           # transfers of every connection, in list order
+    head_src: list          # src and dst rank of every connection
+    head_dst: list
+    nbytes: list
+    reduces: list
+    dst: list
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> _Prepared:
+        n = len(schedule)
+        indptr, indices = dependencies(schedule)
+        # Reverse edges: who waits for whom.
+        counts = np.diff(indptr)
+        order = np.argsort(indices, kind="stable")
+        dependents_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(indices, minlength=n), out=dependents_ptr[1:])
+        owners = np.repeat(np.arange(n), counts)[order]
+        epoch = epochs(schedule)
+        n_epochs = int(epoch[-1]) + 1 if n else 1
+        epoch_left = np.bincount(epoch, minlength=n_epochs).tolist() if n else [0]
+        # FIFO connections (src, dst, channel), numbered in order of first use; each queue in
+        # list order.
+        conn_of, heads = _connections(schedule)
+        by_conn = np.argsort(conn_of, kind="stable")
+        bounds = np.searchsorted(conn_of[by_conn], np.arange(len(heads) + 1)).tolist()
+        flat = by_conn.tolist()
+        members = [flat[a:b] for a, b in itertools.pairwise(bounds)]
+        return cls(schedule=schedule, counts=counts.tolist(),
+                   dep_ptr=dependents_ptr.tolist(), dep_owner=owners.tolist(),
+                   epoch=epoch.tolist(), n_epochs=n_epochs, epoch_left=epoch_left,
+                   conn_of=conn_of, conn_of_l=conn_of.tolist(), members=members,
+                   head_src=schedule.src[heads].tolist(), head_dst=schedule.dst[heads].tolist(),
+                   nbytes=schedule.transfer_bytes.tolist(), reduces=schedule.reduce.tolist(),
+                   dst=schedule.dst.tolist())
 
 
 def _connections(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:

@@ -180,7 +180,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       bucket_bytes: int = DDP_BUCKET_BYTES, overlap: bool = True,
                       slices: int = 1, ps: PsConfig | None = None,
                       options: dict | None = None, record_rates: bool = False,
-                      slowdown=None, compression: Compression | None = None) -> TrainingResult:
+                      slowdown=None, compression: Compression | None = None,
+                      collective_engine: str = "event") -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -195,6 +196,10 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         Per-worker compute time multipliers (stragglers; 1.0 = nominal). Synchronous
         aggregation waits for the slowest worker's bucket; PS clients each run at their own
         pace, limited only by the staleness bound.
+    collective_engine : {"event", "fast", "auto"}
+        How each bucket's collective is timed (see :func:`_run_collective`): the event engine,
+        or the exact fast path of :mod:`simulator.engine.fast` (``fast`` raises where it does
+        not apply, ``auto`` falls back to the event engine). PS aggregation is always evented.
     """
     grad = [int(b) for b in gradient_bytes]
     slow = [1.0] * gpus if slowdown is None else [float(x) for x in slowdown]
@@ -216,11 +221,14 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     else:
         ps = None
         iterations = 1
-        iteration_s, comm_busy = _run_collective(engine, workers, buckets, fwd, sum(bwd),
-                                                 profile.optimizer_s, aggregation, slices,
-                                                 dict(options or {}), graph, max(slow), codec)
+        iteration_s, comm_busy, fast_wire = _run_collective(
+            engine, workers, buckets, fwd, sum(bwd), profile.optimizer_s, aggregation, slices,
+            dict(options or {}), graph, max(slow), codec,
+            collective_engine=collective_engine if not record_rates else "event")
         rate = gpus / iteration_s
     wire = sum(int(run.schedule.transfer_bytes.sum()) for run in engine.runs) / iterations
+    if aggregation != "ps":
+        wire += fast_wire
     links = links_frame(engine, engine.env.now)
     link, util = bottleneck(links)
     throughput = rate * batch_per_gpu          # samples/s over all workers
@@ -245,7 +253,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
 
 
 def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algorithm, slices,
-                    options, graph, slowest: float = 1.0, codec: "_Codec | None" = None):
+                    options, graph, slowest: float = 1.0, codec: "_Codec | None" = None,
+                    collective_engine: str = "event"):
     """BSP with one all-reduce per bucket, serialised on one communicator stream.
 
     A bucket's all-reduce starts when the slowest worker (compute scaled by ``slowest``) has
@@ -254,14 +263,25 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
     one has), and after the collective decompresses it (the communicator stream is free by then;
     the bucket counts as aggregated when the last worker has decompressed). Formats that cannot
     be summed in flight are all-gathered (:func:`_collective_schedule`).
+
+    ``collective_engine`` ``"fast"``/``"auto"``: when no (de)compression kernel takes time, each
+    bucket's collective runs alone on the network and on its devices' compute queues, so its
+    duration is what :func:`~simulator.engine.fast.fast_collective` computes (exactly, where it
+    applies); the bucket is then timed without events, its bytes are added to the engine's link
+    counters and its reductions to the compute log as one aggregated entry per device (busy
+    time and energy stay exact; the entries are not a timeline). Returns ``(iteration_s,
+    comm_busy_s, wire_bytes)``, the last counting the fast-timed buckets only.
     """
     n = len(workers)
     codec = codec or _Codec(graph, Compression(), "fp32")
     fwd, bwd_total, optimizer_s = fwd * slowest, bwd_total * slowest, optimizer_s * slowest
     if n == 1 or not buckets:
-        return fwd + bwd_total + optimizer_s, 0.0
-    schedules = [_collective_schedule(graph, algorithm, n, codec, b.size_bytes, slices, options)
-                 for b in buckets]
+        return fwd + bwd_total + optimizer_s, 0.0, 0.0
+    fast = _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options,
+                         collective_engine)
+    schedules = None if fast else [
+        _collective_schedule(graph, algorithm, n, codec, b.size_bytes, slices, options)
+        for b in buckets]
     state = {"busy": False, "queue": [], "ends": [], "busy_s": 0.0}
 
     def on_all_workers(kernel, k, then):
@@ -282,8 +302,12 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
             return
         k = state["queue"].pop(0)
         state["busy"] = True
-        run = engine.launch(schedules[k], workers, label=f"bucket{k}")
         begin = engine.env.now
+        if fast:
+            _account_fast(engine, fast[k], begin)
+            engine.call_at(begin + fast[k].time_s, lambda begin=begin, k=k: finished(begin, k))
+            return
+        run = engine.launch(schedules[k], workers, label=f"bucket{k}")
         run.done_event.callbacks.append(lambda _e, begin=begin, k=k: finished(begin, k))
 
     def finished(begin, k):
@@ -301,7 +325,55 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
                        lambda k=k: on_all_workers(codec.compress, k, lambda k=k: ready(k)))
     engine.run()
     comm_end = max(state["ends"])
-    return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"]
+    wire = sum(f.bytes_sent for f in fast) if fast else 0.0
+    return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"], wire
+
+
+def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, collective_engine):
+    """Fast-path result of every bucket's collective, or None to run them on the engine."""
+    from ..collective import ENGINES
+    from ..engine.fast import NotApplicable, fast_collective
+
+    if collective_engine not in ENGINES:
+        raise ConfigError(f"unknown collective engine {collective_engine!r}; valid: "
+                          f"{', '.join(ENGINES)}")
+    if collective_engine == "event":
+        return None
+    n = len(workers)
+    kernels = any(codec.seconds(w, kernel(b.size_bytes, n)) > 0
+                  for b in buckets for w in workers for kernel in (codec.compress,
+                                                                   codec.decompress))
+    if kernels:
+        if collective_engine == "fast":
+            raise NotApplicable("compression kernels share the devices' compute queues with the "
+                                "collectives' reductions: use the event engine")
+        return None
+    results, cache = [], {}
+    for b in buckets:
+        algo, collective, size, opts = _collective_spec(graph, algorithm, n, codec, b.size_bytes,
+                                                        options)
+        key = (algo, collective, size)
+        if key not in cache:
+            cache[key] = fast_collective(graph, collective, algo, size, n, workers,
+                                         slices=slices, options=opts)[0]
+        result = cache[key]
+        if not result.applicable:
+            if collective_engine == "fast":
+                raise NotApplicable(f"the fast engine does not apply to {algo} {collective} of "
+                                    f"{size} bytes on {n} ranks: {result.reason}")
+            return None
+        results.append(result)
+    return results
+
+
+def _account_fast(engine, result, begin: float) -> None:
+    """Add a fast-timed collective's link bytes and (aggregated) reductions to the engine's
+    records, as if it had run there from ``begin``."""
+    net = engine.network
+    for key, capacity, carried in result.links:
+        net.bytes_carried[net.resource(key, capacity)] += carried
+    for device, seconds in result.reduce_s:
+        engine.compute_log.append((device, "reduce", begin, begin + seconds))
 
 
 def _collective_schedule(graph, algorithm, n, codec, size_bytes, slices, options):
@@ -309,16 +381,23 @@ def _collective_schedule(graph, algorithm, n, codec, size_bytes, slices, options
     cannot be summed in flight an all-gather of ``n`` payloads with ``algorithm`` (ring when it
     has no all-gather). An all-gather of an ``M``-byte message has every rank contribute
     ``M / n``, so gathering ``n`` payloads of ``P`` bytes is an all-gather of ``M = n P``."""
+    algo, collective, size, opts = _collective_spec(graph, algorithm, n, codec, size_bytes,
+                                                    options)
+    return make_schedule(algo, collective, n, size, slices=slices, **opts)
+
+
+def _collective_spec(graph, algorithm, n, codec, size_bytes, options):
+    """``(algorithm, collective, size_bytes, options)`` of one bucket's aggregation (see
+    :func:`_collective_schedule`)."""
     from ..collective import default_options
     from ..schedules import get_algorithm
 
     payload = codec.wire(size_bytes)
     if codec.format.summable:
-        opts = default_options(graph, algorithm, n, options)
-        return make_schedule(algorithm, "allreduce", n, payload, slices=slices, **opts)
+        return algorithm, "allreduce", payload, default_options(graph, algorithm, n, options)
     gather = algorithm if "allgather" in get_algorithm(algorithm).collectives else "ring"
     opts = default_options(graph, gather, n, options if gather == algorithm else {})
-    return make_schedule(gather, "allgather", n, n * payload, slices=slices, **opts)
+    return gather, "allgather", n * payload, opts
 
 
 @dataclass(frozen=True)

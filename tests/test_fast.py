@@ -1,0 +1,391 @@
+"""The fast path (simulator.engine.fast) against the event engine and the closed forms.
+
+Parity is asserted where the fast path applies, and for the cases where it cannot prove itself
+exact that ``engine="auto"`` runs the event engine instead (and gets its answer).
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simulator import theory
+from simulator.cli import main
+from simulator.collective import default_options, placement, run_collective
+from simulator.engine.fast import (
+    NotApplicable,
+    _epoch_dependencies,
+    aligned_time,
+    fast_collective,
+    fast_time,
+    max_min_weighted,
+    ring_time,
+)
+from simulator.engine.network import max_min_rates
+from simulator.errors import ConfigError, SimulationError
+from simulator.schedules import make_schedule
+from simulator.schedules.deps import dependencies, epochs
+from simulator.topology import load_topology
+
+BW = 12.5e9
+LAT = 1e-6
+SIZES = [1 << 10, 1 << 20, 256 << 20]
+
+
+def star(hosts, **extra):
+    params = {"hosts": str(hosts), "link_bandwidth": "12.5GB/s", "link_latency": "1us"}
+    params.update(extra)
+    return load_topology("star", params)
+
+
+def both(graph, algorithm, size, gpus, collective="allreduce", **opts):
+    """(event row, auto row) of one collective."""
+    event = run_collective(graph, collective, algorithm, size, gpus=gpus, **opts).row
+    auto = run_collective(graph, collective, algorithm, size, gpus=gpus, engine="auto",
+                          **opts).row
+    return event, auto
+
+
+def assert_parity(event, auto, must_apply=True):
+    if must_apply:
+        assert auto["engine"] == "fast"
+    if auto["engine"] == "fast":
+        assert math.isclose(auto["time_s"], event["time_s"], rel_tol=1e-6, abs_tol=1e-15)
+        assert auto["bottleneck_link"] == event["bottleneck_link"]
+        assert math.isclose(auto["bottleneck_utilisation"], event["bottleneck_utilisation"],
+                            rel_tol=1e-6, abs_tol=1e-12)
+    else:
+        assert auto["time_s"] == event["time_s"]
+
+
+# -- parity on star ---------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [2, 3, 5, 8, 16, 64])
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling", "binomial_tree", "direct",
+                                       "ps"])
+def test_parity_on_star(algorithm, p, size):
+    if algorithm == "ps":
+        event, auto = both(star(p + 1), "ps", size, p)
+    else:
+        event, auto = both(star(p), algorithm, size, p)
+    # direct with chunks of unequal size: a rank's short flows end first and its next step
+    # starts while its long ones still share its links; the fast path must decline that
+    uneven_direct = algorithm == "direct" and size % p != 0 and p > 2
+    assert_parity(event, auto, must_apply=not uneven_direct)
+    if uneven_direct:
+        assert auto["engine"] == "event"
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling", "binomial_tree", "direct",
+                                       "tree"])
+@pytest.mark.parametrize("p", [4, 9, 16])
+def test_parity_with_reduction_compute(algorithm, p):
+    g = star(p, reduce_bandwidth="40GB/s")
+    event, auto = both(g, algorithm, 48 << 20, p)
+    assert_parity(event, auto, must_apply=algorithm != "direct" or (48 << 20) % p == 0)
+
+
+@pytest.mark.parametrize("collective,algorithm", [
+    ("reduce_scatter", "ring"), ("allgather", "ring"), ("reduce_scatter", "halving_doubling"),
+    ("allgather", "halving_doubling"), ("reduce_scatter", "direct"), ("allgather", "direct"),
+    ("broadcast", "ring"), ("reduce", "tree"), ("broadcast", "binomial_tree"),
+    ("alltoall", "direct")])
+def test_parity_other_collectives(collective, algorithm):
+    event, auto = both(star(8, reduce_bandwidth="30GB/s"), algorithm, 8 << 20, 8, collective)
+    assert_parity(event, auto)
+
+
+@pytest.mark.parametrize("opts", [{"servers": 3}, {"servers": 2, "shards": [0.7, 0.3]},
+                                  {"servers": 2, "phased": False},
+                                  {"servers": 4, "placement": "colocated"}])
+def test_parity_parameter_server_variants(opts):
+    event, auto = both(star(12, reduce_bandwidth="30GB/s"), "ps", 64 << 20, 8, **opts)
+    assert_parity(event, auto)
+
+
+# -- parity on a non-blocking fat tree and a DGX A100 ------------------------------------------
+FAT_TREE = {"hosts_per_leaf": "4", "leaves": "4", "spines": "2"}
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "binomial_tree", "direct", "tree"])
+@pytest.mark.parametrize("size", SIZES)
+def test_parity_on_fat_tree(algorithm, size):
+    event, auto = both(load_topology("fat_tree", FAT_TREE), algorithm, size, 16)
+    assert_parity(event, auto)
+
+
+def test_parity_halving_doubling_on_fat_tree_8():
+    event, auto = both(load_topology("fat_tree", FAT_TREE), "halving_doubling", 64 << 20, 8)
+    assert_parity(event, auto)
+
+
+def test_parity_ps_on_fat_tree():
+    g = load_topology("fat_tree", dict(FAT_TREE, leaves="5"))
+    event, auto = both(g, "ps", 64 << 20, 16, servers=4)
+    assert_parity(event, auto)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "halving_doubling", "binomial_tree", "direct",
+                                       "tree"])
+@pytest.mark.parametrize("size", SIZES)
+def test_parity_on_dgx_a100(algorithm, size):
+    event, auto = both(load_topology("dgx-a100"), algorithm, size, 8)
+    assert_parity(event, auto)
+
+
+def test_parity_hierarchical_on_two_dgx():
+    event, auto = both(load_topology("dgx-a100", {"nodes": "2"}), "hierarchical", 64 << 20, 16)
+    assert_parity(event, auto)
+
+
+# -- where the fast path declines, auto runs the event engine ----------------------------------
+@pytest.mark.parametrize("algorithm,slices", [("ring", 4), ("halving_doubling", 2),
+                                              ("binomial_tree", 3)])
+def test_auto_uses_event_for_pipelined_slices(algorithm, slices):
+    event, auto = both(star(8), algorithm, 16 << 20, 8, slices=slices)
+    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+
+
+def test_auto_uses_event_for_double_binary_tree_segments():
+    event, auto = both(star(16), "double_binary_tree", 16 << 20, 16)
+    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+    with pytest.raises(NotApplicable, match="overlap"):
+        run_collective(star(16), "allreduce", "double_binary_tree", 16 << 20, engine="fast")
+
+
+def test_auto_uses_event_for_contended_halving_doubling_on_fat_tree():
+    """16 hosts on 4 leaves, ECMP over 2 spines: some steps put 3 flows on one uplink, those
+    flows end late and the next step starts unevenly on shared links; not provable."""
+    g = load_topology("fat_tree", FAT_TREE)
+    event, auto = both(g, "halving_doubling", 64 << 20, 16)
+    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+    result, _ = fast_collective(g, "allreduce", "halving_doubling", 64 << 20, 16,
+                                placement(g, 16))
+    assert not result.applicable and "overlap" in result.reason
+
+
+def test_contended_but_even_steps_are_exact():
+    """An oversubscribed fat tree (4:1) slows every cross-leaf flow of a step alike: the steps
+    stay apart and the fast path applies, exactly."""
+    g = load_topology("fat_tree", {"hosts_per_leaf": "4", "leaves": "4", "spines": "1",
+                                   "uplink_bandwidth": "100Gbps"})
+    for algorithm in ("halving_doubling", "ring", "direct"):
+        event, auto = both(g, algorithm, 64 << 20, 16)
+        assert_parity(event, auto)
+
+
+def test_multichannel_ring_with_reductions_declines():
+    """Two channels' chunks reduce on one device per step: the queue order decides which
+    channel moves on first, so the fast path declines; with free reductions it applies."""
+    g = star(8, reduce_bandwidth="30GB/s")
+    event, auto = both(g, "ring", 8 << 20, 8, channels=2)
+    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+    event, auto = both(g, "ring", 8 << 20, 8, channels=2, reduce_compute=False)
+    assert_parity(event, auto)
+
+
+# -- scale and closed forms ---------------------------------------------------------------------
+def test_ring_16384_equals_closed_form():
+    g = star(16384)
+    row = run_collective(g, "allreduce", "ring", 256 << 20, engine="fast").row
+    assert row["engine"] == "fast"
+    want = theory.ring_allreduce(16384, 256 << 20, 2 * LAT, 1 / BW)
+    assert math.isclose(row["time_s"], want, rel_tol=1e-9)
+    assert row["bottleneck_link"] == "host0->switch"
+
+
+@pytest.mark.parametrize("p", [2, 7, 64])
+def test_ring_symmetric_matches_step_synchronous(p):
+    g = star(p, reduce_bandwidth="50GB/s")
+    nodes = placement(g, p)
+    size = 96 * p << 10
+    ring = ring_time(g, nodes, "allreduce", size)
+    assert ring.applicable and ring.method == "ring-symmetric"
+    schedule = make_schedule("ring", "allreduce", p, size)
+    from simulator.engine.fast import _step_synchronous
+    full = _step_synchronous(schedule, g, tuple(nodes), True)
+    assert math.isclose(ring.time_s, full.time_s, rel_tol=1e-12)
+    assert ring.bytes_sent == full.bytes_sent == schedule.transfer_bytes.sum()
+    assert dict(ring.reduce_s) == pytest.approx(dict(full.reduce_s), rel=1e-12)
+    assert math.isclose(ring.time_s, theory.ring_allreduce(p, size, 2 * LAT, 1 / BW, 1 / 50e9),
+                        rel_tol=1e-9)
+
+
+def test_uneven_ring_uses_the_schedule():
+    g = star(13)
+    result, schedule = fast_collective(g, "allreduce", "ring", 1000, 13, placement(g, 13))
+    assert result.applicable and schedule is not None
+    assert "chunks differ" not in result.reason
+    assert math.isclose(result.time_s, theory.ring_allreduce(13, 1000, 2 * LAT, 1 / BW),
+                        rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("algorithm,formula", [
+    ("halving_doubling", lambda p, n: theory.halving_doubling_allreduce(p, n, 2 * LAT, 1 / BW)),
+    ("binomial_tree", lambda p, n: theory.binomial_allreduce(p, n, 2 * LAT, 1 / BW)),
+])
+def test_4096_ranks_equal_closed_forms(algorithm, formula):
+    g = star(4096)
+    row = run_collective(g, "allreduce", algorithm, 256 << 20, engine="fast").row
+    assert math.isclose(row["time_s"], formula(4096, 256 << 20), rel_tol=1e-9)
+
+
+def test_ps_4096_workers_equals_closed_form():
+    g = star(4097)
+    row = run_collective(g, "allreduce", "ps", 64 << 20, gpus=4096, engine="fast").row
+    want = theory.ps_allreduce(4096, 64 << 20, 2 * LAT, 1 / BW, 1 / BW)
+    assert math.isclose(row["time_s"], want, rel_tol=1e-9)
+
+
+def test_too_large_schedule_is_refused_before_it_is_built():
+    with pytest.raises(SimulationError, match="too many to build"):
+        run_collective(star(16384), "allreduce", "ring", (256 << 20) + 1, engine="auto")
+
+
+# -- building blocks ----------------------------------------------------------------------------
+def test_weighted_max_min_equals_expanded_flows():
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        n_res = int(rng.integers(2, 8))
+        caps = rng.uniform(1, 10, n_res)
+        paths = [tuple(sorted(rng.choice(n_res, size=int(rng.integers(1, min(4, n_res) + 1)),
+                                         replace=False)))
+                 for _ in range(int(rng.integers(1, 6)))]
+        weight = rng.integers(1, 4, len(paths))
+        expanded = [p for p, w in zip(paths, weight) for _ in range(w)]
+        want = max_min_rates([tuple(int(r) for r in p) for p in expanded],
+                             {r: float(c) for r, c in enumerate(caps)})
+        inc_flow = np.repeat(np.arange(len(paths)), [len(p) for p in paths])
+        inc_res = np.concatenate([np.asarray(p) for p in paths]).astype(np.int64)
+        got = max_min_weighted(inc_flow, inc_res, weight, caps, len(paths))
+        got_expanded = np.repeat(got, weight)
+        assert np.allclose(got_expanded, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm,collective,p,opts", [
+    ("halving_doubling", "allreduce", 13, {}), ("halving_doubling", "allgather", 6, {}),
+    ("ps", "allreduce", 5, {"servers": 2}), ("binomial_tree", "allreduce", 9, {}),
+    ("ps", "allreduce", 6, {"servers": 3, "placement": "colocated"})])
+def test_epoch_dependencies_are_the_same_epoch_pairs(algorithm, collective, p, opts):
+    s = make_schedule(algorithm, collective, p, 3 << 20, **opts)
+    epoch = epochs(s)
+    ptr, idx = dependencies(s)
+    owner = np.repeat(np.arange(len(s)), np.diff(ptr))
+    keep = epoch[owner] == epoch[idx]
+    want = sorted(zip(owner[keep].tolist(), idx[keep].tolist()))
+    ptr2, idx2 = _epoch_dependencies(s, epoch)
+    owner2 = np.repeat(np.arange(len(s)), np.diff(ptr2))
+    assert sorted(zip(owner2.tolist(), idx2.tolist())) == want
+
+
+def test_aligned_and_step_synchronous_agree():
+    g = star(16, reduce_bandwidth="40GB/s")
+    nodes = placement(g, 16)
+    for algorithm in ("halving_doubling", "binomial_tree", "ring"):
+        s = make_schedule(algorithm, "allreduce", 16, 32 << 20)
+        a = aligned_time(s, g, nodes)
+        from simulator.engine.fast import _step_synchronous
+        b = _step_synchronous(s, g, tuple(nodes), True)
+        assert a.applicable and a.method == "aligned-steps"
+        assert math.isclose(a.time_s, b.time_s, rel_tol=1e-12)
+        assert a.links == b.links and a.bytes_sent == b.bytes_sent
+
+
+def test_fast_time_reports_why_not():
+    g = star(8)
+    s = make_schedule("ring", "allreduce", 8, 8 << 20, slices=4)
+    result = fast_time(s, g, placement(g, 8))
+    assert not result.applicable and math.isnan(result.time_s)
+    assert "FIFO connection" in result.reason
+
+
+# -- API and CLI ------------------------------------------------------------------------------------
+def test_unknown_engine_and_fast_with_shared_engine_are_rejected():
+    with pytest.raises(ConfigError, match="unknown engine"):
+        run_collective(star(4), "allreduce", "ring", 1 << 20, engine="quick")
+    with pytest.raises(ConfigError, match="timelines"):
+        run_collective(star(4), "allreduce", "ring", 1 << 20, engine="fast", record_rates=True)
+    row = run_collective(star(4), "allreduce", "ring", 1 << 20, engine="auto",
+                         record_rates=True).row
+    assert row["engine"] == "event"
+
+
+def test_fast_ring_validates_options():
+    with pytest.raises(ConfigError, match="does not take option"):
+        run_collective(star(4), "allreduce", "ring", 1 << 20, engine="fast", bogus=1)
+
+
+def test_cli_engine_fast_row_says_fast(capsys):
+    assert main(["collective", "--topology", "star", "--param", "hosts=64", "--size", "256MiB",
+                 "--engine", "fast", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["engine"] == "fast"
+    want = theory.ring_allreduce(64, 256 << 20, 2 * LAT, 1 / BW)
+    assert math.isclose(rows[0]["time_s"], want, rel_tol=1e-9)
+
+
+def test_cli_engine_fast_not_applicable_is_a_clean_error(capsys):
+    code = main(["collective", "--topology", "star", "--param", "hosts=8", "--size", "64MiB",
+                 "--slices", "4", "--engine", "fast"])
+    assert code == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
+def test_cli_engine_auto_reports_each_engine(capsys):
+    assert main(["collective", "--topology", "star", "--param", "hosts=16", "--size", "16MiB",
+                 "--algorithm", "ring,double_binary_tree", "--engine", "auto",
+                 "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].endswith(",fast") and lines[2].endswith(",event")
+
+
+# -- training with the fast collective engine -------------------------------------------------------
+def test_training_fast_collectives_equal_event():
+    from simulator.workload.energy import energy_columns
+    from simulator.workload.models import get_model
+    from simulator.workload.sweep import _profile
+    from simulator.workload.training import simulate_training
+
+    g = load_topology("gpu_cluster", {"nodes": "4", "gpus_per_node": "8"})
+    prof = _profile("resnet50", "a100-sxm4-40gb", 32, "fp32", None)
+    grads = [layer.params * 4 for layer in get_model("resnet50").layers]
+    for algorithm in ("ring", "binomial_tree"):
+        rows = []
+        for engine in ("event", "fast"):
+            r = simulate_training(g, prof, gpus=32, batch_per_gpu=32, aggregation=algorithm,
+                                  model_name="resnet50", gradient_bytes=grads,
+                                  collective_engine=engine)
+            rows.append((r.row, energy_columns(r.row, r.engine, "a100-sxm4-40gb", 32)))
+        (ev, ev_energy), (fa, fa_energy) = rows
+        for key in ("iteration_s", "comm_busy_s", "exposed_comm_s", "bottleneck_utilisation",
+                    "wire_bytes_per_iteration"):
+            assert math.isclose(ev[key], fa[key], rel_tol=1e-9, abs_tol=1e-15), key
+        assert ev["bottleneck_link"] == fa["bottleneck_link"]
+        for key in ev_energy:
+            assert math.isclose(ev_energy[key], fa_energy[key], rel_tol=1e-9), key
+
+
+def test_training_fast_engine_declines_pipelined_trees():
+    from simulator.workload.models import get_model
+    from simulator.workload.sweep import _profile
+    from simulator.workload.training import simulate_training
+
+    g = load_topology("gpu_cluster", {"nodes": "2", "gpus_per_node": "8"})
+    prof = _profile("resnet50", "a100-sxm4-40gb", 32, "fp32", None)
+    grads = [layer.params * 4 for layer in get_model("resnet50").layers]
+    kw = {"gpus": 16, "batch_per_gpu": 32, "aggregation": "double_binary_tree",
+          "model_name": "resnet50", "gradient_bytes": grads}
+    with pytest.raises(NotApplicable):
+        simulate_training(g, prof, collective_engine="fast", **kw)
+    auto = simulate_training(g, prof, collective_engine="auto", **kw).row
+    event = simulate_training(g, prof, **kw).row
+    assert auto["iteration_s"] == event["iteration_s"]
+
+
+def test_default_options_used_by_fast_and_event_agree():
+    g = load_topology("dgx-a100", {"nodes": "2"})
+    opts = default_options(g, "ring", 16, {})
+    assert opts["channels"] == 8
+    event, auto = both(g, "ring", 64 << 20, 16, reduce_compute=False)
+    assert_parity(event, auto, must_apply=False)
