@@ -63,7 +63,8 @@ def test_topology_yaml_is_a_loadable_star(tmp_path):
     graph = load_topology(str(path))
     params = graph.graph["params"]
     assert params["hosts"] == 3
-    assert math.isclose(params["link_bandwidth"], 25e6)
+    # tc meters frames; the simulator's bytes are TCP payload: 1448 of every 1514 bytes
+    assert math.isclose(params["link_bandwidth"], 25e6 * 1448 / 1514, rel_tol=1e-9)
     assert math.isclose(params["link_latency"], 5e-6)  # RTT / 2 one way, / 2 links
 
 
@@ -296,7 +297,8 @@ def test_shaped_collectives_match_the_bandwidth_model(torch, tmp_path):
     assert set(frame["topology"]) == {str(topology)}
     graph = load_topology(str(topology))
     assert graph.graph["params"]["hosts"] == 3  # two workers and the PS server
-    assert math.isclose(graph.graph["params"]["link_bandwidth"], rate)
+    assert math.isclose(graph.graph["params"]["link_bandwidth"], rate * 1448 / 1514,
+                        rel_tol=1e-9)
     # the rows, with "library" named for what gloo runs, read back in the measurement schema
     from simulator.measure.collectives import for_comparison, write_measured_csv
     from simulator.measure.schema import read_measurements

@@ -46,7 +46,7 @@ from simulator.units import format_bandwidth, format_duration
 
 from . import MeasurementError
 
-__all__ = ["DEFAULT_BANDWIDTH_BYTES_PER_S", "ShapedNetwork", "TbfParams", "check_requirements",
+__all__ = ["DEFAULT_BANDWIDTH_BYTES_PER_S", "ShapedNetwork", "TCP_PAYLOAD_FRACTION", "TbfParams", "check_requirements",
            "list_namespaces", "measure_rtt", "remove_stale_namespaces", "tbf_params",
            "topology_yaml"]
 
@@ -357,14 +357,22 @@ def measure_rtt(net: ShapedNetwork, a: int = 0, b: int = 1, round_trips: int = 2
             server.stdout.close()
 
 
+#: TCP payload per Ethernet frame as tc meters it: MTU 1500 less the IPv4 (20 B) and TCP (20 B)
+#: headers and Linux's timestamp option (12 B) is 1448 B of payload in a 1514 B frame (the
+#: 14 B Ethernet header included, as tc counts ``skb->len``). RFC 791, RFC 9293, RFC 7323.
+TCP_PAYLOAD_FRACTION = 1448 / 1514
+
+
 def topology_yaml(hosts: int, bandwidth_bytes_per_s: float, link_latency_s: float | None = None,
                   rtt_s: float | None = None, name: str | None = None) -> str:
     """A clustersim topology preset (builder ``star``) for the shaped network that was built.
 
     ``link_latency`` is ``rtt_s / 4`` when a measured round trip is given (half the round trip
     is one way, and a star path host -> switch -> host has two links), else ``link_latency_s``,
-    else a stated 25 us. ``link_bandwidth`` is the shaped rate (frames); TCP payload gets about
-    95.6 % of it, which the file says in a comment.
+    else a stated 25 us. ``link_bandwidth`` is the rate at which TCP payload crosses the shaped
+    link: tbf meters whole Ethernet frames, and a full frame carries
+    :data:`TCP_PAYLOAD_FRACTION` (1448 of 1514 bytes) of payload, while the simulator counts
+    payload bytes. The file states both rates.
     """
     if not isinstance(hosts, int) or hosts < 1:
         raise ConfigError(f"hosts must be an integer >= 1, got {hosts!r}")
@@ -377,7 +385,8 @@ def topology_yaml(hosts: int, bandwidth_bytes_per_s: float, link_latency_s: floa
         latency, how = float(link_latency_s), "stated by the caller"
     else:
         latency, how = 25e-6, "stated (not measured): a typical veth+bridge one-way time / 2"
-    bandwidth_text = f"{rate.rate_bits_per_s} bps"
+    payload_bytes_per_s = bandwidth_bytes_per_s * TCP_PAYLOAD_FRACTION
+    bandwidth_text = f"{payload_bytes_per_s * 8:.0f} bps"
     name = name or f"shaped-star-{hosts}x{format_bandwidth(bandwidth_bytes_per_s)}".replace(
         " ", "").replace("/", "p")
     return "\n".join([
@@ -391,8 +400,10 @@ def topology_yaml(hosts: int, bandwidth_bytes_per_s: float, link_latency_s: floa
         "builder: star",
         "params:",
         f"  hosts: {hosts}",
-        "  # tc counts Ethernet frames; TCP payload moves at ~95.6 % of this (1448 of 1514 B).",
-        f"  link_bandwidth: {bandwidth_text}   # {format_bandwidth(bandwidth_bytes_per_s)}",
+        f"  # tc shapes Ethernet frames to {format_bandwidth(bandwidth_bytes_per_s)}; TCP payload "
+        f"moves at 1448/1514 of that",
+        "  # (MTU 1500 - 20 IP - 20 TCP - 12 timestamp option = 1448 B in a 1514 B frame).",
+        f"  link_bandwidth: {bandwidth_text}   # {format_bandwidth(payload_bytes_per_s)}",
         f"  # {how}",
         f"  link_latency: {latency * 1e6:.3f} us",
         "  kind: ethernet",
