@@ -32,6 +32,8 @@ speedup / N. Exposed communication is the part of the iteration in which the GPU
 
 from __future__ import annotations
 
+import collections
+
 import math
 from dataclasses import dataclass, field
 
@@ -560,6 +562,10 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     iters = max(2, ps.iterations)
     k_bound = ps.staleness
     pushed = [0] * n           # iterations whose pushes are complete, per worker
+    # min(pushed), kept incrementally: workers per pushed count, and the lowest count held
+    # (each finish moves one worker up by one, so the minimum only ever steps up)
+    holding = collections.Counter({0: n})
+    slowest = [0]
     version = [0]              # updates applied at the servers (one per worker-iteration)
     pulled_version = [0] * n
     starts = [[] for _ in range(n)]
@@ -570,7 +576,7 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     def may_start(w, it):
         if k_bound is None or it == 0:
             return True
-        return min(pushed) >= it - k_bound
+        return slowest[0] >= it - k_bound
 
     def start_iteration(w):
         it = len(starts[w])
@@ -652,9 +658,14 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
 
     def finish(w, it):
         ends[w].append(engine.env.now)
+        holding[pushed[w]] -= 1
         pushed[w] = it + 1
+        holding[it + 1] += 1
+        lowest_before = slowest[0]
+        while holding[slowest[0]] == 0:
+            slowest[0] += 1
         start_iteration(w)
-        if waiting:
+        if waiting and slowest[0] != lowest_before:   # nobody else can start otherwise
             pending = list(waiting)
             waiting.clear()
             for v in pending:
