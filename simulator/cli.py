@@ -189,19 +189,34 @@ def cmd_run(args) -> int:
     from pathlib import Path
 
     from .report.output import write_csv, write_resolved
-    from .report.plots import PLOTS, TRAINING_PLOTS
-    from .scenario import load_scenario, run_scenario
+    from .report.plots import WORKLOAD_PLOTS
+    from .scenario import load_scenario, run_scenario, run_study
 
     scenario = load_scenario(args.scenario)
     out = Path(args.output or Path("out") / scenario.name)
-    frame = run_scenario(scenario)
-    training = scenario.training is not None
-    print(format_training_table(frame) if training else format_table(frame))
+    if args.trace and scenario.study is not None:
+        raise ConfigError(f"--trace takes collective and training scenarios, not "
+                          f"{scenario.workload}")
+    registry = WORKLOAD_PLOTS[scenario.workload]
+    if scenario.study is not None:
+        from .report.tables import STUDY_TABLES
+
+        result = run_study(scenario)
+        frame = result.frame
+        print(STUDY_TABLES[scenario.workload](frame))
+        plots = [lambda stem, fn=registry[p]: fn(frame, stem, result.extras)
+                 for p in scenario.plots or tuple(registry)]
+        names = list(scenario.plots or tuple(registry))
+    else:
+        frame = run_scenario(scenario)
+        training = scenario.training is not None
+        print(format_training_table(frame) if training else format_table(frame))
+        names = list(scenario.plots or tuple(registry)[:1])
+        plots = [lambda stem, fn=registry[p]: fn(frame, stem) for p in names]
     written = [write_csv(out / "results.csv", frame),
                write_resolved(out / "scenario.resolved.yaml", scenario.resolved, scenario.seed)]
-    registry = TRAINING_PLOTS if training else PLOTS
-    for plot in scenario.plots or tuple(registry)[:1]:
-        written += registry[plot](frame, out / plot)
+    for name, plot in zip(names, plots):
+        written += plot(out / name)
     if args.trace:
         written += _write_traces(scenario, out)
     print(f"wrote {', '.join(str(p) for p in written)}")
@@ -251,6 +266,12 @@ def format_training_table(frame: pd.DataFrame) -> str:
     if "failure_policy" in frame and (frame["failure_policy"] != "none").any():
         shown["failure"] = frame["recovery"]
         shown["goodput"] = [f"{g:.1f}" for g in frame["goodput_samples_s"]]
+    if "compression" in frame and (frame["compression"] != "none").any():
+        shown.insert(2, "compression", frame["compression"])
+        shown["wire_MB/it"] = [f"{b / 1e6:.3g}" for b in frame["wire_bytes_per_iteration"]]
+        shown["ps_in_MB/it"] = [f"{b / 1e6:.3g}" for b in frame["ps_in_bytes_per_iteration"]]
+        shown["ps_out_MB/it"] = [f"{b / 1e6:.3g}" for b in frame["ps_out_bytes_per_iteration"]]
+        shown["J/sample"] = [f"{j:.2f}" for j in frame["joules_per_sample"]]
     return shown.to_string(index=False)
 
 

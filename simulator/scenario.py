@@ -37,7 +37,9 @@ from .errors import ClusterSimError, ConfigError
 from .schedules import COLLECTIVES, get_algorithm
 from .units import parse_size
 
-TOP_KEYS = ("name", "description", "seed", "topology", "collective", "training", "report")
+#: The workload sections; a scenario has exactly one.
+WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
+TOP_KEYS = ("name", "description", "seed", "topology") + WORKLOADS + ("report",)
 TOPOLOGY_KEYS = ("name", "params")
 COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", "free_reduce")
 PS_KEYS = ("servers", "placement", "shards", "overlap")
@@ -51,6 +53,15 @@ FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "rest
                 "policies")
 TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations",
                     "local_aggregation")
+ZERO_KEYS = ("model", "device", "gpus", "micro_batch", "precision", "stages", "prefetch",
+             "checkpointing", "group", "algorithm")
+PIPELINE_KEYS = ("model", "device", "stages", "replicas", "micro_batch", "micro_batches",
+                 "schedules", "precision", "algorithm", "equal_stages", "timeline_micro_batches")
+HYBRID_KEYS = ("gpus", "servers", "shardings", "alpha", "batch_per_gpu", "tables", "rows", "dim",
+               "bytes_per_element", "lookups_per_sample", "bottom_mlp", "top_mlp",
+               "aggregation", "bucket", "precision", "device", "iterations")
+TIME_TO_TRAIN_KEYS = ("studies", "forms", "aggregation", "precision", "device", "bucket")
+TIME_TO_TRAIN_STUDY_KEYS = ("model", "batch_per_gpu", "gpus", "optimizers")
 
 
 @dataclass(frozen=True)
@@ -90,11 +101,18 @@ class Scenario:
     topology_params: dict
     collective: CollectiveSweep | None = None
     training: object = None  # a workload.sweep.TrainingSpec (imported lazily)
+    study: object = None     # the zero, pipeline, hybrid or time_to_train section's study
     description: str = ""
     seed: int = 0
     plots: tuple[str, ...] = ()
     origin: str = ""
     resolved: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def workload(self) -> str:
+        """The name of the scenario's workload section."""
+        return next(k for k in WORKLOADS if k in self.resolved) if self.resolved else \
+            ("training" if self.training is not None else "collective")
 
 
 def _int(value, where: Where, path, minimum=None) -> int:
@@ -112,9 +130,29 @@ def _bool(value, where: Where, path) -> bool:
 
 
 def _choice(value, where: Where, path, choices) -> str:
-    if value not in choices:
-        raise where.error(path, f"expected one of {', '.join(choices)}, got {value!r}")
+    if isinstance(value, (list, dict)) or value not in choices:
+        raise where.error(path, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
     return value
+
+
+def _ints(value, where: Where, path, minimum=None) -> tuple[int, ...]:
+    """A scalar or a list of integers (each >= ``minimum``), as a tuple."""
+    return tuple(_int(v, where, path + (i,), minimum) for i, v in enumerate(as_list(value)))
+
+
+def _choices(value, where: Where, path, choices) -> tuple:
+    """A scalar or a list, each item one of ``choices``, as a tuple."""
+    return tuple(_choice(v, where, path + (i,), choices) for i, v in enumerate(as_list(value)))
+
+
+def _number(value, where: Where, path, minimum=None) -> float:
+    """A finite number (>= ``minimum``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value in (float("inf"), float("-inf")):
+        raise where.error(path, f"expected a number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise where.error(path, f"must be >= {minimum}, got {value}")
+    return float(value)
 
 
 def _quantity(parse, value, where: Where, path):
@@ -157,8 +195,7 @@ def _collective(data, where: Where) -> CollectiveSweep:
                               f"{', '.join(algo.collectives)}")
     sizes = tuple(_quantity(lambda v: parse_size(v, what="size"), v, where,
                             path + ("sizes", i)) for i, v in enumerate(as_list(data["sizes"])))
-    gpus = tuple(_int(v, where, path + ("gpus", i), 1)
-                 for i, v in enumerate(as_list(data["gpus"]))) if "gpus" in data else (None,)
+    gpus = _ints(data["gpus"], where, path + ("gpus",), 1) if "gpus" in data else (None,)
     return CollectiveSweep(
         collective=collective, algorithms=tuple(str(a) for a in algorithms), sizes_bytes=sizes,
         gpus=gpus, slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
@@ -251,8 +288,7 @@ def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
                               f"{exc} (or ps, ps-bsp, ps-sspK, ps-async)") from None
         if "allreduce" not in algo.collectives:
             raise where.error(path + ("aggregations", i), f"{name} does not implement allreduce")
-    gpus = tuple(_int(v, where, path + ("gpus", i), 1)
-                 for i, v in enumerate(as_list(data["gpus"])))
+    gpus = _ints(data["gpus"], where, path + ("gpus",), 1)
     compute = data.get("compute") or {}
     check_keys(compute, where, path + ("compute",), ("measured",))
     measured = compute.get("measured")
@@ -274,16 +310,33 @@ def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
         overlap=_bool(data.get("overlap", True), where, path + ("overlap",)),
         slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
         ps=_training_ps(data.get("ps", {}), where), measured_csv=measured, seed=seed,
-        compression=_compression(data["compression"], where) if "compression" in data else None,
+        **_compression_fields(data, where),
         **_straggler_fields(data, where), **_failure_fields(data, where))
 
 
-def _compression(data, where: Where):
+def _compression_fields(data, where: Where) -> dict:
+    """``compression:`` one format (the spec's ``compression``), or a list of formats compared
+    side by side (``compressions``: one row per format and point)."""
+    if "compression" not in data:
+        return {}
+    value, path = data["compression"], ("training", "compression")
+    if not isinstance(value, list):
+        return {"compression": _compression(value, where, path)}
+    formats = tuple(_compression(v, where, path + (i,)) for i, v in enumerate(value))
+    if not formats:
+        raise where.error(path, "expected at least one format")
+    labels = [f.label for f in formats]
+    for i, label in enumerate(labels):
+        if label in labels[:i]:
+            raise where.error(path + (i,), f"format {label!r} is listed twice")
+    return {"compressions": formats}
+
+
+def _compression(data, where: Where, path=("training", "compression")):
     """``compression: fp16`` (a registered format with its defaults) or a mapping
     ``{kind: topk, fraction: 0.01, error_feedback: true}``."""
     from .workload.compression import COMPRESSIONS, Compression, get_compression
 
-    path = ("training", "compression")
     if isinstance(data, str):
         _choice(data, where, path, tuple(COMPRESSIONS))
         return get_compression(data)
@@ -323,14 +376,195 @@ def _failure_fields(data, where: Where) -> dict:
     return {"failure": plan, "failure_policies": policies}
 
 
+def _device(data, where: Where, path) -> str | None:
+    """An optional GPU preset name (default: the topology's)."""
+    from .topology.devices import DEVICES
+
+    return _choice(data["device"], where, path + ("device",), tuple(DEVICES)) \
+        if "device" in data else None
+
+
+def _algorithm(name, where: Where, path, collectives=("allreduce",)) -> str:
+    """A registered algorithm that implements every one of ``collectives``."""
+    try:
+        algo = get_algorithm(str(name))
+    except ClusterSimError as exc:
+        raise where.error(path, str(exc)) from None
+    missing = [c for c in collectives if c not in algo.collectives]
+    if missing:
+        raise where.error(path, f"{name} does not implement {', '.join(missing)}")
+    return str(name)
+
+
+def _size(data, key: str, default, where: Where, path) -> int:
+    """A size with its unit (``1GB``, ``25MiB``) under ``key``."""
+    return _quantity(lambda v: parse_size(v, what=key), data.get(key, default), where,
+                     path + (key,))
+
+
+def _zero(data, where: Where):
+    """The ``zero:`` section: a :class:`~simulator.workload.zero.ZeroStudy`."""
+    from .workload.zero import (DEFAULT_GROUP_BYTES, STATE_BYTES_PER_PARAM, ZERO_STAGES,
+                                ZeroStudy, zero_model_names)
+
+    path = ("zero",)
+    check_keys(data, where, path, ZERO_KEYS, required=("model",))
+    stages = _ints(data.get("stages", list(ZERO_STAGES)), where, path + ("stages",), 0)
+    for i, stage in enumerate(stages):
+        if stage not in ZERO_STAGES:
+            raise where.error(path + ("stages", i), f"ZeRO stages are 0, 1, 2 and 3, got {stage}")
+    prefetch = tuple(_bool(v, where, path + ("prefetch", i))
+                     for i, v in enumerate(as_list(data.get("prefetch", True))))
+    group = _size(data, "group", DEFAULT_GROUP_BYTES, where, path)
+    if group <= 0:
+        raise where.error(path + ("group",), f"must be > 0 bytes, got {group}")
+    return ZeroStudy(
+        model=_choice(data["model"], where, path + ("model",), zero_model_names()),
+        device=_device(data, where, path),
+        gpus=_int(data["gpus"], where, path + ("gpus",), 1) if "gpus" in data else None,
+        micro_batch=_int(data.get("micro_batch", 1), where, path + ("micro_batch",), 1),
+        precision=_choice(data.get("precision", "fp16"), where, path + ("precision",),
+                          tuple(STATE_BYTES_PER_PARAM)),
+        stages=stages, prefetch=prefetch,
+        checkpointing=_bool(data.get("checkpointing", False), where, path + ("checkpointing",)),
+        group_bytes=group,
+        algorithm=_algorithm(data.get("algorithm", "ring"), where, path + ("algorithm",),
+                             ("allreduce", "reduce_scatter", "allgather")))
+
+
+def _pipeline(data, where: Where):
+    """The ``pipeline:`` section: a :class:`~simulator.workload.pipeline.PipelineStudy`."""
+    from .workload.models import MODELS
+    from .workload.pipeline import PIPELINE_SCHEDULES, PipelineStudy
+    from .workload.zero import STATE_BYTES_PER_PARAM
+
+    path = ("pipeline",)
+    check_keys(data, where, path, PIPELINE_KEYS, required=("model", "stages"))
+    micro_batches = _ints(data.get("micro_batches", [1, 2, 4, 8, 16, 32]), where,
+                          path + ("micro_batches",), 1)
+    timeline = None
+    if "timeline_micro_batches" in data:
+        timeline = _int(data["timeline_micro_batches"], where,
+                        path + ("timeline_micro_batches",), 1)
+        if timeline not in micro_batches:
+            raise where.error(path + ("timeline_micro_batches",),
+                              f"must be one of micro_batches ({', '.join(map(str, micro_batches))})"
+                              f", got {timeline}")
+    return PipelineStudy(
+        model=_choice(data["model"], where, path + ("model",), tuple(MODELS)),
+        device=_device(data, where, path),
+        stages=_int(data["stages"], where, path + ("stages",), 1),
+        replicas=_int(data.get("replicas", 1), where, path + ("replicas",), 1),
+        micro_batch=_int(data.get("micro_batch", 1), where, path + ("micro_batch",), 1),
+        micro_batches=micro_batches,
+        schedules=_choices(data.get("schedules", list(PIPELINE_SCHEDULES)), where,
+                           path + ("schedules",), tuple(PIPELINE_SCHEDULES)),
+        precision=_choice(data.get("precision", "fp16"), where, path + ("precision",),
+                          tuple(STATE_BYTES_PER_PARAM)),
+        algorithm=_algorithm(data.get("algorithm", "ring"), where, path + ("algorithm",)),
+        equal_stages=_bool(data.get("equal_stages", False), where, path + ("equal_stages",)),
+        timeline_micro_batches=timeline)
+
+
+def _hybrid(data, where: Where):
+    """The ``hybrid:`` section: a :class:`~simulator.workload.hybrid.HybridStudy` (defaults:
+    MLPerf's DLRM, :class:`~simulator.workload.hybrid.HybridSpec`)."""
+    from .workload.hybrid import HybridSpec, HybridStudy
+    from .workload.sweep import PRECISIONS
+
+    path = ("hybrid",)
+    check_keys(data, where, path, HYBRID_KEYS)
+    base = HybridSpec()
+    fields = {key: _int(data[key], where, path + (key,), 1)
+              for key in ("servers", "batch_per_gpu", "tables", "dim", "bytes_per_element",
+                          "lookups_per_sample", "iterations") if key in data}
+    if "rows" in data:
+        rows = _ints(data["rows"], where, path + ("rows",), 1)
+        fields["rows"] = rows if isinstance(data["rows"], list) else rows[0]
+    for key in ("bottom_mlp", "top_mlp"):
+        if key in data:
+            fields[key] = _ints(data[key], where, path + (key,), 1)
+    if "alpha" in data:
+        fields["alpha"] = _number(data["alpha"], where, path + ("alpha",), 0)
+    if "precision" in data:
+        fields["precision"] = _choice(data["precision"], where, path + ("precision",),
+                                      PRECISIONS)
+    fields["device"] = _device(data, where, path)
+    fields["aggregation"] = _algorithm(data.get("aggregation", base.aggregation), where,
+                                       path + ("aggregation",))
+    fields["bucket_bytes"] = _size(data, "bucket", base.bucket_bytes, where, path)
+    try:
+        spec = HybridSpec(**fields)
+    except ClusterSimError as exc:
+        bad = next((k for k in HYBRID_KEYS if k in data and str(exc).startswith(k)), "")
+        raise where.error(path + ((bad,) if bad else ()), str(exc)) from None
+    shardings = _choices(data.get("shardings", ["hash", "range"]), where, path + ("shardings",),
+                         ("hash", "range"))
+    return HybridStudy(spec=spec, shardings=shardings,
+                       gpus=_int(data["gpus"], where, path + ("gpus",), 1)
+                       if "gpus" in data else None)
+
+
+def _time_to_train(data, where: Where):
+    """The ``time_to_train:`` section: a
+    :class:`~simulator.workload.time_to_train.TimeToTrainSpec`."""
+    from .workload.models import MODELS
+    from .workload.sweep import PRECISIONS, is_aggregation
+    from .workload.time_to_train import (CONVERGENCE, FORMS, TimeToTrainSpec,
+                                         TimeToTrainStudy)
+
+    path = ("time_to_train",)
+    check_keys(data, where, path, TIME_TO_TRAIN_KEYS, required=("studies",))
+    studies = []
+    items = data["studies"]
+    if not isinstance(items, list) or not items:
+        raise where.error(path + ("studies",), "expected a list of studies (model, "
+                                               "batch_per_gpu, gpus, optimizers)")
+    for k, item in enumerate(items):
+        at = path + ("studies", k)
+        check_keys(item, where, at, TIME_TO_TRAIN_STUDY_KEYS,
+                   required=("model", "gpus", "optimizers"))
+        model = _choice(item["model"], where, at + ("model",), tuple(MODELS))
+        optimizers = _choices(item["optimizers"], where, at + ("optimizers",),
+                              tuple(CONVERGENCE))
+        for i, name in enumerate(optimizers):
+            if CONVERGENCE[name].model != model:
+                raise where.error(at + ("optimizers", i),
+                                  f"the {name} convergence model is measured on "
+                                  f"{CONVERGENCE[name].model}, not {model}")
+        studies.append(TimeToTrainStudy(
+            model=model,
+            batch_per_gpu=_int(item.get("batch_per_gpu", 32), where, at + ("batch_per_gpu",), 1),
+            gpus=_ints(item["gpus"], where, at + ("gpus",), 1), optimizers=optimizers))
+    aggregation = data.get("aggregation", "hierarchical")
+    if not is_aggregation(str(aggregation)):
+        aggregation = _algorithm(aggregation, where, path + ("aggregation",))
+    return TimeToTrainSpec(
+        studies=tuple(studies),
+        forms=_choices(data.get("forms", list(FORMS)), where, path + ("forms",), FORMS),
+        aggregation=str(aggregation),
+        precision=_choice(data.get("precision", "fp16"), where, path + ("precision",),
+                          PRECISIONS),
+        device=_device(data, where, path),
+        bucket_bytes=_size(data, "bucket", "25MiB", where, path))
+
+
+#: Parsers of the study sections (collective and training have their own fields).
+STUDY_PARSERS = {"zero": _zero, "pipeline": _pipeline, "hybrid": _hybrid,
+                 "time_to_train": _time_to_train}
+
+
 def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = None) -> Scenario:
     """Parse and validate scenario YAML ``text`` (``origin`` names it in errors)."""
-    from .report.plots import PLOTS, TRAINING_PLOTS
+    from .report.plots import WORKLOAD_PLOTS
 
     data, where = read_yaml(text, origin)
     check_keys(data, where, (), TOP_KEYS, required=("topology",))
-    if ("collective" in data) == ("training" in data):
-        raise where.error((), "a scenario has exactly one workload: 'collective' or 'training'")
+    present = [k for k in WORKLOADS if k in data]
+    if len(present) != 1:
+        raise where.error((), f"a scenario has exactly one workload: one of "
+                              f"{', '.join(WORKLOADS)} (here: {', '.join(present) or 'none'})")
+    workload = present[0]
     topo = data["topology"]
     if isinstance(topo, str):
         topo = {"name": topo}
@@ -345,10 +579,8 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
             topo_name = str(candidate)
     report = data.get("report") or {}
     check_keys(report, where, ("report",), REPORT_KEYS)
-    plots = as_list(report.get("plots", []))
-    valid_plots = tuple(PLOTS) if "collective" in data else tuple(TRAINING_PLOTS)
-    for i, plot in enumerate(plots):
-        _choice(plot, where, ("report", "plots", i), valid_plots)
+    plots = _choices(report.get("plots", []), where, ("report", "plots"),
+                     tuple(WORKLOAD_PLOTS[workload]))
     seed = _int(data.get("seed", 0), where, ("seed",), 0)
     name = data.get("name", Path(origin).stem)
     if not isinstance(name, str):
@@ -356,9 +588,11 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
     return Scenario(name=name, description=str(data.get("description", "")),
                     topology=topo_name, topology_params=dict(params),
                     collective=_collective(data["collective"], where)
-                    if "collective" in data else None,
+                    if workload == "collective" else None,
                     training=_training(data["training"], where, base_dir, seed)
-                    if "training" in data else None, seed=seed,
+                    if workload == "training" else None,
+                    study=STUDY_PARSERS[workload](data[workload], where)
+                    if workload in STUDY_PARSERS else None, seed=seed,
                     plots=tuple(plots), origin=origin, resolved=data)
 
 
@@ -374,8 +608,14 @@ def scenario_points(scenario: Scenario) -> list[tuple]:
     """The points of the scenario's cartesian product, in a fixed order.
 
     Collective sweeps: ``(gpus, size_bytes, algorithm)``; training: ``(model, aggregation,
-    gpus)``. A point plus the scenario identifies one result row (sweeps resume by it).
+    gpus, straggler factor, failure policy, compression)``. A point plus the scenario
+    identifies one result row (sweeps resume by it). Study workloads (zero, pipeline, hybrid,
+    time_to_train) run whole with :func:`run_study`, not point by point.
     """
+    if scenario.study is not None:
+        raise ConfigError(f"{scenario.origin}: a {scenario.workload} scenario runs as a whole: "
+                          f"use clustersim run (sweep and --trace take collective and training "
+                          f"scenarios)")
     if scenario.training is not None:
         from .workload.sweep import training_points
 
@@ -387,19 +627,117 @@ def point_key(scenario: Scenario, row: dict) -> tuple:
     """The point a result row belongs to (inverse of :func:`scenario_points` on rows)."""
     if scenario.training is not None:
         return (row["model"], row["aggregation"], int(row["gpus"]),
-                float(row["straggler_factor"]), row["failure_policy"])
+                float(row["straggler_factor"]), row["failure_policy"], row["compression"])
     gpus = None if scenario.collective.gpus == (None,) else int(row["gpus"])
     return (gpus, int(row["size_bytes"]), row["algorithm"])
 
 
 def result_columns(scenario: Scenario) -> list[str]:
+    """The results table's columns: the scenario's name, the workload's columns, the seed and
+    the package version."""
     from .collective import RESULT_COLUMNS
     from .workload.sweep import EXTRA_COLUMNS
     from .workload.training import TRAINING_COLUMNS
 
-    body = list(TRAINING_COLUMNS) + list(EXTRA_COLUMNS) if scenario.training is not None \
-        else list(RESULT_COLUMNS)
+    if scenario.study is not None:
+        body = list(_study_columns(scenario.workload))
+    elif scenario.training is not None:
+        body = list(TRAINING_COLUMNS) + list(EXTRA_COLUMNS)
+    else:
+        body = list(RESULT_COLUMNS)
     return ["scenario"] + body + ["seed", "clustersim_version"]
+
+
+def _study_columns(workload: str) -> tuple[str, ...]:
+    from .workload.hybrid import HYBRID_STUDY_COLUMNS
+    from .workload.pipeline import PIPELINE_COLUMNS
+    from .workload.time_to_train import TIME_TO_TRAIN_COLUMNS
+    from .workload.zero import ZERO_STUDY_COLUMNS
+
+    return {"zero": ZERO_STUDY_COLUMNS, "pipeline": PIPELINE_COLUMNS + ("equal_stages",),
+            "hybrid": HYBRID_STUDY_COLUMNS, "time_to_train": TIME_TO_TRAIN_COLUMNS}[workload]
+
+
+@dataclass
+class StudyResult:
+    """What :func:`run_study` returns: the results table, and what the plots need beyond it
+    (``extras``: op timelines of a pipeline, link timelines of a hybrid job)."""
+
+    frame: pd.DataFrame
+    extras: dict = field(default_factory=dict)
+
+
+def _run_zero(scenario: Scenario, graph, progress) -> StudyResult:
+    from .workload.zero import run_zero_point
+
+    study = scenario.study
+    return StudyResult(pd.DataFrame(_each(study.points(), lambda p: run_zero_point(
+        graph, study, *p), progress)))
+
+
+def _run_pipeline(scenario: Scenario, graph, progress) -> StudyResult:
+    from .workload.pipeline import run_pipeline_point
+
+    study, kept = scenario.study, {}
+
+    def one(point):
+        result = run_pipeline_point(graph, study, *point)
+        if point[1] == study.timeline_m:
+            kept[point[0]] = result
+        return dict(result.row, equal_stages=study.equal_stages)
+
+    rows = _each(study.points(), one, progress)
+    return StudyResult(pd.DataFrame(rows), {"timelines": kept})
+
+
+def _run_hybrid(scenario: Scenario, graph, progress) -> StudyResult:
+    from .records import link_timeline
+    from .workload.hybrid import run_hybrid_point
+
+    study, extras = scenario.study, {"timelines": {}, "servers": []}
+
+    def one(point):
+        row, engine, servers = run_hybrid_point(graph, study, *point, record_rates=True)
+        extras["timelines"][point[0]] = link_timeline(engine)
+        extras["servers"] = servers
+        return row
+
+    rows = _each(study.points(), one, progress)
+    return StudyResult(pd.DataFrame(rows), extras)
+
+
+def _run_time_to_train(scenario: Scenario, graph, progress) -> StudyResult:
+    from .workload.time_to_train import run_time_to_train
+
+    return StudyResult(run_time_to_train(graph, scenario.study, progress))
+
+
+def _each(points, simulate, progress) -> list[dict]:
+    """``simulate(point)`` for every point, reporting each row to ``progress``."""
+    rows = []
+    for point in points:
+        rows.append(simulate(point))
+        if progress:
+            progress(rows[-1])
+    return rows
+
+
+STUDY_RUNNERS = {"zero": _run_zero, "pipeline": _run_pipeline, "hybrid": _run_hybrid,
+                 "time_to_train": _run_time_to_train}
+
+
+def run_study(scenario: Scenario, progress=None) -> StudyResult:
+    """Run a zero, pipeline, hybrid or time_to_train scenario: the table (with the scenario's
+    name, seed and package version) and the plots' extras."""
+    from . import __version__
+    from .topology import load_topology
+
+    graph = load_topology(scenario.topology, scenario.topology_params)
+    result = STUDY_RUNNERS[scenario.workload](scenario, graph, progress)
+    frame = result.frame.assign(scenario=scenario.name, seed=scenario.seed,
+                                clustersim_version=__version__)
+    result.frame = frame.reindex(columns=result_columns(scenario))
+    return result
 
 
 def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: bool = False):
@@ -459,6 +797,8 @@ def run_scenario(scenario: Scenario, progress=None) -> pd.DataFrame:
     """Run every point of the scenario serially; return the results table."""
     from .topology import load_topology
 
+    if scenario.study is not None:
+        return run_study(scenario, progress).frame
     graph = load_topology(scenario.topology, scenario.topology_params)
     rows = []
     for point in scenario_points(scenario):

@@ -91,9 +91,15 @@ def time_vs_size(frame: pd.DataFrame, stem: Path, title: str = "") -> list[Path]
 
 
 def _training_series(frame: pd.DataFrame):
-    """One line per (model, aggregation) in a stable order."""
-    for (model, aggregation), group in frame.groupby(["model", "aggregation"], sort=True):
-        label = aggregation if frame["model"].nunique() == 1 else f"{model}, {aggregation}"
+    """One line per (model, aggregation), and per compression format when a sweep compares
+    several, in a stable order."""
+    keys = ["model", "aggregation"]
+    if "compression" in frame and frame["compression"].nunique() > 1:
+        keys.append("compression")
+    for values, group in frame.groupby(keys, sort=True):
+        parts = dict(zip(keys, values))
+        label = ", ".join(str(parts[k]) for k in keys
+                          if k != "model" or frame["model"].nunique() > 1)
         yield label, group.sort_values("gpus")
 
 
@@ -318,3 +324,288 @@ def time_vs_gpus(frame: pd.DataFrame, stem: Path, title: str = "") -> list[Path]
 
 #: Plots of one run's records (link timeline; transfers and compute) and of GPU-count sweeps.
 RUN_PLOTS = {"link_heatmap": link_heatmap, "gantt": gantt, "time_vs_gpus": time_vs_gpus}
+
+
+# --- plots of the workloads beyond plain data parallelism ---------------------------------------
+#
+# Each takes the results table, the output stem and the run's ``extras`` (what the table cannot
+# hold: op timelines, link timelines; see simulator.scenario.StudyResult).
+
+def compression_bytes(frame: pd.DataFrame, stem: Path, title: str = "") -> list[Path]:
+    """Per gradient format: bytes each iteration puts on the wire (log scale) and the bytes into
+    and out of the parameter servers (the PS hotspot), one bar per aggregation; and the
+    iteration time split into compute and exposed communication."""
+    top = frame[frame["gpus"] == frame["gpus"].max()]
+    formats = list(dict.fromkeys(top["compression"]))
+    aggregations = list(dict.fromkeys(top["aggregation"]))
+    fig, (wire_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 4.8))
+    width = 0.8 / len(aggregations)
+    x = np.arange(len(formats))
+    for k, aggregation in enumerate(aggregations):
+        rows = top[top["aggregation"] == aggregation].set_index("compression").loc[formats]
+        offset = x + (k - (len(aggregations) - 1) / 2) * width
+        bars = wire_ax.bar(offset, rows["wire_bytes_per_iteration"] / 1e6, width,
+                           label=f"{aggregation}: all bytes sent")
+        if rows["ps_in_bytes_per_iteration"].gt(0).any():
+            wire_ax.scatter(offset, rows["ps_in_bytes_per_iteration"] / 1e6, marker="v",
+                            color="black", zorder=3, label=f"{aggregation}: into the servers")
+            wire_ax.scatter(offset, rows["ps_out_bytes_per_iteration"] / 1e6, marker="^",
+                            color="tab:red", zorder=3, label=f"{aggregation}: out of the servers")
+        for bar, value in zip(bars, rows["wire_bytes_per_iteration"]):
+            wire_ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                         f"{value / 1e6:,.0f}", ha="center", va="bottom", fontsize=7)
+        time_ax.bar(offset, rows["compute_s"] * 1e3, width, color="0.6",
+                    label="compute" if k == 0 else None)
+        time_ax.bar(offset, rows["exposed_comm_s"] * 1e3, width, bottom=rows["compute_s"] * 1e3,
+                    label=f"{aggregation}: exposed communication")
+    for ax in (wire_ax, time_ax):
+        ax.set_xticks(x, formats)
+        ax.set_xlabel("gradient format on the wire")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    wire_ax.set_yscale("log")
+    wire_ax.set_ylabel("bytes per iteration (MB = 1e6 bytes)")
+    wire_ax.set_title("bytes on the wire per iteration")
+    time_ax.set_ylabel("iteration time (ms)")
+    time_ax.set_title("iteration time")
+    where = f"{top['model'].iloc[0]}, {int(top['gpus'].iloc[0])} GPUs, {top['topology'].iloc[0]}"
+    fig.suptitle(title or f"gradient compression ({where})")
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
+TRAINING_PLOTS["compression_bytes"] = compression_bytes
+
+
+def zero_memory_time(frame: pd.DataFrame, stem: Path, extras=None,
+                     title: str = "") -> list[Path]:
+    """Left: per-GPU memory of every ZeRO stage, stacked by term, against the GPU's memory
+    (configurations over it are marked as refused). Right: the simulated step of each stage
+    that fits, compute plus exposed communication, with the bytes each GPU sent."""
+    memory = frame.drop_duplicates("stage").sort_values("stage")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    stages = memory["stage"].to_numpy()
+    bottom = np.zeros(len(memory))
+    for column, label in (("param_bytes", "parameters"), ("gradient_bytes", "gradients"),
+                          ("optimizer_bytes", "optimizer states"),
+                          ("activation_bytes", "activations")):
+        values = memory[column].to_numpy(dtype=float)
+        left.bar(stages, values / 1e9, bottom=bottom / 1e9, label=label)
+        bottom = bottom + values
+    capacity = float(memory["device_memory_bytes"].iloc[0]) / 1e9
+    left.axhline(capacity, color="black", linestyle="--", linewidth=1,
+                 label=f"{memory['device'].iloc[0]}: {capacity:.1f} GB "
+                       f"({capacity * 1e9 / 2**30:.0f} GiB)")
+    for stage, total, fits in zip(stages, bottom, memory["fits"]):
+        left.text(stage, total / 1e9 * 1.01, f"{total / 1e9:.1f} GB" +
+                  ("" if fits else "\ndoes not fit"), ha="center", va="bottom", fontsize=8)
+    left.set_xticks(stages, [f"stage {s}" for s in stages])
+    left.set_ylabel("memory per GPU (GB = 1e9 bytes)")
+    left.set_ylim(0, max(bottom.max() / 1e9, capacity) * 1.2)
+    left.set_title(f"{memory['model'].iloc[0]} ({memory['params'].iloc[0] / 1e9:.2f}B "
+                   f"parameters) on {int(memory['gpus'].iloc[0])} GPUs")
+    left.legend(fontsize=8, loc="upper right")
+
+    steps = frame[frame["fits"].astype(bool)]
+    labels = [f"stage {s}\n" + ("prefetch" if p and s else "no prefetch" if s else "") +
+              f"\n{b / 1e9:.1f} GB sent\nper GPU" for s, p, b in
+              zip(steps["stage"], steps["prefetch"], steps["bytes_per_gpu_per_step"])]
+    x = np.arange(len(steps))
+    right.bar(x, steps["compute_s"], color="0.6", label="compute")
+    right.bar(x, steps["exposed_comm_s"], bottom=steps["compute_s"], color="tab:red",
+              label="exposed communication")
+    right.set_xticks(x, labels, fontsize=8)
+    right.set_ylabel("iteration time (s)")
+    if len(steps):
+        right.set_ylim(0, float(steps["iteration_s"].max()) * 1.3)
+    refused = ", ".join(f"stage {s}" for s in memory.loc[~memory["fits"].astype(bool), "stage"])
+    right.set_title(f"one simulated step, micro-batch {int(memory['micro_batch'].iloc[0])}"
+                    + (f" ({refused}: not run)" if refused else ""))
+    right.legend(fontsize=8, loc="upper left")
+    right.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(title or f"ZeRO: memory per GPU and step time per stage "
+                          f"({frame['topology'].iloc[0]})")
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
+def pipeline_bubble(frame: pd.DataFrame, stem: Path, extras=None, title: str = "") -> list[Path]:
+    """Bubble fraction against micro-batches, simulated per schedule next to (p-1)/(m+p-1) and
+    the unequal-stage estimate; peak activation memory per stage; the op timelines of every
+    schedule at one micro-batch count (``extras["timelines"]``: schedule -> PipelineResult)."""
+    from matplotlib.patches import Patch
+
+    kept = (extras or {}).get("timelines", {})
+    fig = plt.figure(figsize=(13, 4.5 + 1.9 * len(kept)))
+    grid = fig.add_gridspec(2 + len(kept), 2, height_ratios=[2.2] + [1] * len(kept) + [0.15])
+    bubble_ax, memory_ax = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    p = int(frame["stages"].iloc[0])
+    ms = sorted(int(m) for m in frame["micro_batches"].unique())
+    dense = np.geomspace(ms[0], ms[-1], 200) if len(ms) > 1 else np.array(ms, dtype=float)
+    bubble_ax.plot(dense, (p - 1) / (dense + p - 1), "k--", label="(p-1)/(m+p-1), equal stages")
+    schedules = list(dict.fromkeys(frame["schedule"]))
+    first = frame[frame["schedule"] == schedules[0]].sort_values("micro_batches")
+    if (first["imbalance_bubble"] - first["theoretical_bubble"]).abs().max() > 1e-9:
+        bubble_ax.plot(first["micro_batches"], first["imbalance_bubble"], "k:",
+                       label="estimate for these unequal stages")
+    for schedule, marker in zip(schedules, "osD^"):
+        rows = frame[frame["schedule"] == schedule].sort_values("micro_batches")
+        bubble_ax.plot(rows["micro_batches"], rows["bubble_fraction"], marker=marker,
+                       linestyle="none", label=f"{schedule}, simulated")
+    bubble_ax.set_xscale("log", base=2)
+    bubble_ax.set_xticks(ms, [str(m) for m in ms])
+    bubble_ax.minorticks_off()
+    bubble_ax.set_ylim(0, 1)
+    bubble_ax.set_xlabel("micro-batches per iteration, m")
+    bubble_ax.set_ylabel("bubble (idle fraction of stage GPUs)")
+    bubble_ax.set_title(f"{frame['model'].iloc[0]}, p = {p} stages x "
+                        f"{int(frame['replicas'].iloc[0])} replicas")
+    bubble_ax.grid(True, alpha=0.3)
+    bubble_ax.legend(fontsize=8)
+
+    width = 0.8 / max(1, len(kept))
+    for k, (schedule, result) in enumerate(kept.items()):
+        st = result.stages
+        memory_ax.bar(st["stage"] + (k - (len(kept) - 1) / 2) * width,
+                      st["peak_activation_bytes"] / 1e9, width,
+                      label=f"{schedule} (m = {result.row['micro_batches']})")
+    memory_ax.set_xlabel("pipeline stage")
+    memory_ax.set_ylabel("peak activations held (GB = 1e9 bytes)")
+    memory_ax.set_title("activations in flight: GPipe holds m, 1F1B at most p - s")
+    memory_ax.set_xticks(range(p))
+    memory_ax.legend(fontsize=8)
+
+    colours = {"F": "tab:blue", "B": "tab:green"}
+    end = max((r.ops["end_s"].max() for r in kept.values()), default=0.0)
+    scale, unit = _time_unit(end)
+    for k, (schedule, result) in enumerate(kept.items()):
+        ax = fig.add_subplot(grid[1 + k, :])
+        ops = result.ops[result.ops["replica"] == 0]
+        for kind, group in ops.groupby("kind"):
+            ax.barh(group["stage"], (group["end_s"] - group["start_s"]) * scale,
+                    left=group["start_s"] * scale, color=colours[kind], edgecolor="white",
+                    linewidth=0.5)
+        for op in ops.itertuples(index=False):
+            if op.end_s - op.start_s > end / 120:
+                ax.text((op.start_s + op.end_s) / 2 * scale, op.stage, str(op.micro_batch),
+                        ha="center", va="center", fontsize=6, color="white")
+        ax.set_yticks(range(p), [f"stage {s}" for s in range(p)], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlim(0, end * scale * 1.01)
+        ax.set_title(f"{schedule}: m = {result.row['micro_batches']}, bubble "
+                     f"{result.row['bubble_fraction']:.3f}, iteration "
+                     f"{result.row['iteration_s'] * scale:.3g} {unit} (replica 0)", fontsize=9)
+        ax.set_xlabel(f"time ({unit})" if k == len(kept) - 1 else "")
+    legend_ax = fig.add_subplot(grid[-1, :])
+    legend_ax.axis("off")
+    legend_ax.legend([Patch(color=c) for c in colours.values()],
+                     ["forward (micro-batch number)", "backward"], loc="center", ncol=2,
+                     fontsize=8, frameon=False)
+    fig.suptitle(title or f"pipeline parallelism: {' vs '.join(schedules)} "
+                          f"({frame['topology'].iloc[0]})")
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
+def hybrid_link_heatmap(frame: pd.DataFrame, stem: Path, extras=None, title: str = "",
+                        top: int = 24) -> list[Path]:
+    """Link utilisation over time, one panel per sharding (``extras["timelines"]``: sharding ->
+    link timeline): the links of the parameter servers (``extras["servers"]``, marked PS)
+    carry the embedding pulls and pushes, the GPUs' links the dense all-reduce, at once."""
+    timelines = (extras or {}).get("timelines", {})
+    servers = set((extras or {}).get("servers", ()))
+    panels = [(s, t) for s, t in timelines.items() if not t.empty]
+    data = [(s, *link_heatmap_data(t, top)) for s, t in panels]
+    heights = [max(2.0, 0.22 * len(d[1]) + 1.0) for d in data]
+    fig, axes = plt.subplots(len(data), 1, figsize=(10, sum(heights) + 0.8),
+                             height_ratios=heights, squeeze=False, layout="constrained")
+    image = None
+    for ax, (sharding, links, edges, util, mean) in zip(axes[:, 0], data):
+        scale, unit = _time_unit(float(edges[-1]))
+        image = ax.imshow(util, aspect="auto", interpolation="nearest", cmap="inferno", vmin=0,
+                          vmax=100, extent=(0.0, edges[-1] * scale, len(links) - 0.5, -0.5))
+        names = [(name, any(part in servers for part in name.split("->"))) for name in links]
+        ax.set_yticks(range(len(links)))
+        ax.set_yticklabels([f"{'PS' if ps else 'worker'}  {name}  ({m:.0f} %)"
+                            for (name, ps), m in zip(names, mean)], fontsize=7)
+        for label, (_, ps) in zip(ax.get_yticklabels(), names):
+            label.set_color("tab:blue" if ps else "black")
+        row = frame[frame["sharding"] == sharding].iloc[0]
+        ax.set_title(f"{sharding} sharding: iteration {row['iteration_s'] * 1e3:.1f} ms, hottest "
+                     f"server {row['hot_server_share']:.0%} of the embedding rows", fontsize=9)
+        ax.set_xlabel(f"time ({unit})")
+        ax.set_ylabel("link (mean utilisation)", fontsize=8)
+    if image is not None:
+        bar = fig.colorbar(image, ax=axes[:, 0].tolist(), pad=0.02)
+        bar.set_label("utilisation (%)")
+    first = frame.iloc[0]
+    fig.suptitle(title or f"DLRM on {int(first['gpus'])} GPUs + {int(first['servers'])} PS "
+                          f"({first['topology']}, Zipf {first['alpha']:g}): link utilisation\n"
+                          f"PS links (blue labels): embedding pulls and pushes only; worker "
+                          f"links: the dense all-reduce and the embedding rows", fontsize=10)
+    return _save(fig, stem)
+
+
+def time_to_train_vs_gpus(frame: pd.DataFrame, stem: Path, extras=None,
+                          title: str = "") -> list[Path]:
+    """Left: time to train against GPUs, a colour per optimizer (solid: piecewise, dashed:
+    McCandlish form), the fastest GPU count ringed: beyond it adding GPUs no longer helps.
+    Right: the convergence models, optimizer steps against global batch."""
+    from ..workload.time_to_train import CONVERGENCE, steps_to_target
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    palette = plt.get_cmap("tab10")
+    optimizers = list(dict.fromkeys(frame["convergence"]))
+    colours = {name: palette(k % 10) for k, name in enumerate(optimizers)}
+    styles = {"piecewise": "-", "mccandlish": "--"}
+    for (model, conv, form), rows in frame.groupby(["model", "convergence", "form"], sort=False):
+        rows = rows.sort_values("gpus")
+        left.plot(rows["gpus"], rows["time_to_train_s"] / 60, styles[form], marker="o",
+                  markersize=3, color=colours[conv], label=f"{model}, {conv}, {form}")
+        best = rows[rows["fastest"].astype(bool)].iloc[0]
+        left.plot(best["gpus"], best["time_to_train_s"] / 60, "o", markersize=11,
+                  markerfacecolor="none", markeredgecolor=colours[conv])
+        left.annotate(f"{int(best['gpus'])}", (best["gpus"], best["time_to_train_s"] / 60),
+                      textcoords="offset points", xytext=(0, -16), ha="center", fontsize=7,
+                      color=colours[conv])
+    _gpu_axis(left, frame["gpus"])
+    left.set_yscale("log")
+    left.set_ylabel("time to train (minutes)")
+    left.set_ylim(bottom=frame["time_to_train_s"].min() / 60 / 2)
+    left.set_title("time to target (circled: fastest; beyond it more GPUs do not help)")
+    left.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=7)
+
+    batches = np.geomspace(max(1.0, frame["global_batch"].min() / 2),
+                           frame["global_batch"].max() * 2, 80)
+    forms = list(dict.fromkeys(frame["form"]))
+    for conv in optimizers:
+        model = CONVERGENCE[conv]
+        for form in forms:
+            right.plot(batches, [steps_to_target(b, model, form) for b in batches], styles[form],
+                       color=colours[conv], label=f"{conv} ({model.model}), {form}")
+        right.axvline(model.critical_batch, color=colours[conv], linewidth=0.8, alpha=0.6)
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xlabel("global batch (samples per step); vertical lines: critical batch")
+    right.set_ylabel("optimizer steps to target")
+    right.set_title("steps against batch: perfect scaling, then none")
+    right.grid(True, which="both", alpha=0.3)
+    right.legend(fontsize=7)
+    fig.suptitle(title or f"time to train = steps(global batch) x simulated iteration time "
+                          f"({frame['aggregation'].iloc[0]} all-reduce, "
+                          f"{frame['topology'].iloc[0]})")
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
+#: Plots of the study workloads, called as ``plot(frame, stem, extras)``.
+ZERO_PLOTS = {"zero_memory_time": zero_memory_time}
+PIPELINE_PLOTS = {"pipeline_bubble": pipeline_bubble}
+HYBRID_PLOTS = {"hybrid_link_heatmap": hybrid_link_heatmap}
+TIME_TO_TRAIN_PLOTS = {"time_to_train_vs_gpus": time_to_train_vs_gpus}
+
+#: Every workload's plot registry (scenario ``report.plots`` names come from its workload's).
+WORKLOAD_PLOTS = {"collective": PLOTS, "training": TRAINING_PLOTS, "zero": ZERO_PLOTS,
+                  "pipeline": PIPELINE_PLOTS, "hybrid": HYBRID_PLOTS,
+                  "time_to_train": TIME_TO_TRAIN_PLOTS}

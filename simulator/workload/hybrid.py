@@ -371,3 +371,60 @@ def simulate_hybrid(graph, spec: HybridSpec, gpus: int, record_rates: bool = Fal
         "topology": graph.graph.get("name", ""),
     }
     return HybridResult(row=row, engine=engine, server_bytes=server_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# A scenario's study: one job under each sharding
+# --------------------------------------------------------------------------------------------
+
+#: Columns of a study row: :data:`HYBRID_COLUMNS`, the PS and all-reduce bytes on the busiest
+#: links, and the energy of an iteration.
+HYBRID_STUDY_COLUMNS = HYBRID_COLUMNS + (
+    "ps_link_bytes_per_iteration", "max_gpu_link_bytes_per_iteration",
+    "joules_per_iteration", "joules_per_sample", "gpu_joules", "network_joules")
+
+
+@dataclass(frozen=True)
+class HybridStudy:
+    """What the ``hybrid:`` section of a scenario asks for: ``spec`` on ``gpus`` workers
+    (default: every GPU endpoint), once per sharding in ``shardings``."""
+
+    spec: HybridSpec = HybridSpec()
+    gpus: int | None = None
+    shardings: tuple[str, ...] = ("hash", "range")
+
+    def points(self) -> list[tuple[str]]:
+        return [(s,) for s in self.shardings]
+
+
+def _link_bytes(engine, servers, iterations: int) -> tuple[float, float]:
+    """Bytes per iteration on the busiest link touching a parameter server, and on the busiest
+    link touching no server (the GPUs' fabric, which carries the all-reduce)."""
+    links = links_frame(engine, engine.env.now)
+    wires = links[links["link"].str.contains("->")]
+    at_server = wires["src"].isin(servers) | wires["dst"].isin(servers)
+    ps = float(wires.loc[at_server, "bytes_carried"].max()) if at_server.any() else 0.0
+    gpu = float(wires.loc[~at_server, "bytes_carried"].max()) if (~at_server).any() else 0.0
+    return ps / iterations, gpu / iterations
+
+
+def run_hybrid_point(graph, study: HybridStudy, sharding: str, record_rates: bool = False):
+    """Simulate one sharding of a study; the row gains the busiest PS and GPU-fabric link
+    bytes and the energy (:mod:`.energy`). Returns ``(row, engine, server node names)``."""
+    from dataclasses import replace
+
+    from ..topology import endpoints
+    from .energy import energy_columns
+    from .sweep import topology_device
+
+    spec = replace(study.spec, sharding=sharding)
+    gpus = study.gpus or len(endpoints(graph))
+    result = simulate_hybrid(graph, spec, gpus, record_rates=record_rates)
+    servers = _server_nodes(graph, _placement_nodes(graph, gpus), PsConfig(servers=spec.servers),
+                            spec.servers)
+    ps_bytes, gpu_bytes = _link_bytes(result.engine, servers, spec.iterations)
+    row = dict(result.row, ps_link_bytes_per_iteration=ps_bytes,
+               max_gpu_link_bytes_per_iteration=gpu_bytes)
+    row.update(energy_columns(row, result.engine, spec.device or topology_device(graph), gpus,
+                              spec.iterations))
+    return row, result.engine, servers

@@ -264,7 +264,8 @@ class PipelineResult:
 def simulate_pipeline(graph, model, device=None, *, stages: int, micro_batches: int,
                       micro_batch: int, schedule: str = "1f1b", replicas: int = 1,
                       precision: str = "fp16", profile=None, placement=None,
-                      algorithm: str = "ring", options: dict | None = None) -> PipelineResult:
+                      algorithm: str = "ring", options: dict | None = None,
+                      equal_stages: bool = False) -> PipelineResult:
     """Simulate one pipeline-parallel iteration (x data-parallel replicas).
 
     Parameters
@@ -288,6 +289,9 @@ def simulate_pipeline(graph, model, device=None, *, stages: int, micro_batches: 
         Topology node of every (replica, stage), replica-major; default the first endpoints.
     algorithm, options
         The all-reduce between replicas.
+    equal_stages : bool
+        Give every stage the mean stage's forward and backward time (a perfect partition, the
+        premise of ``(p-1)/(m+p-1)``); parameters and activations stay those of the real cut.
 
     Returns
     -------
@@ -324,6 +328,8 @@ def simulate_pipeline(graph, model, device=None, *, stages: int, micro_batches: 
     elem = _ACTIVATION_BYTES[precision]
     fwd = [math.fsum(l.forward_s for l in profile.layers[a:b]) for a, b in bounds]
     bwd = [math.fsum(l.backward_s for l in profile.layers[a:b]) for a, b in bounds]
+    if equal_stages:
+        fwd, bwd = [math.fsum(fwd) / p] * p, [math.fsum(bwd) / p] * p
     params = [sum(layer.params for layer in model.layers[a:b]) for a, b in bounds]
     act_per_sample = [sum(layer.activation_bytes for layer in model.layers[a:b])
                       for a, b in bounds]
@@ -450,3 +456,49 @@ def _options(graph, algorithm: str, n: int, options: dict | None) -> dict:
     from ..collective import default_options
 
     return default_options(graph, algorithm, n, dict(options or {}))
+
+
+# --------------------------------------------------------------------------------------------
+# A scenario's study: schedules x micro-batch counts
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PipelineStudy:
+    """What the ``pipeline:`` section of a scenario asks for: one model cut into ``stages``,
+    ``replicas`` data-parallel copies, every schedule at every micro-batch count; the op
+    timelines at ``timeline_micro_batches`` are kept for the plot."""
+
+    model: str = "gpt2_xl"
+    device: str | None = None            # default: the topology's GPU preset
+    stages: int = 8
+    replicas: int = 1
+    micro_batch: int = 1
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    schedules: tuple[str, ...] = tuple(PIPELINE_SCHEDULES)
+    precision: str = "fp16"
+    algorithm: str = "ring"
+    equal_stages: bool = False
+    timeline_micro_batches: int | None = None    # default: the middle micro-batch count
+
+    @property
+    def timeline_m(self) -> int:
+        """The micro-batch count whose timelines the plot draws."""
+        if self.timeline_micro_batches is not None:
+            return self.timeline_micro_batches
+        return sorted(self.micro_batches)[(len(self.micro_batches) - 1) // 2]
+
+    def points(self) -> list[tuple[str, int]]:
+        """``(schedule, micro_batches)`` in a fixed order."""
+        return [(s, m) for s in self.schedules for m in self.micro_batches]
+
+
+def run_pipeline_point(graph, study: PipelineStudy, schedule: str,
+                       micro_batches: int) -> PipelineResult:
+    """Simulate one point of a study (the device defaults to the topology's GPU preset)."""
+    from .sweep import topology_device
+
+    return simulate_pipeline(graph, study.model, study.device or topology_device(graph),
+                             stages=study.stages, micro_batches=micro_batches,
+                             micro_batch=study.micro_batch, schedule=schedule,
+                             replicas=study.replicas, precision=study.precision,
+                             algorithm=study.algorithm, equal_stages=study.equal_stages)

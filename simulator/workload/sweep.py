@@ -31,7 +31,8 @@ from .training import DDP_BUCKET_BYTES, TRAINING_COLUMNS, PsConfig, simulate_tra
 
 EXTRA_COLUMNS = ("device", "straggler_factor", "stragglers", "failure_policy", "recovery",
                  "goodput_samples_s", "lost_s", "stalled_s", "compression",
-                 "wire_bytes_per_iteration") + ENERGY_COLUMNS
+                 "wire_bytes_per_iteration", "ps_in_bytes_per_iteration",
+                 "ps_out_bytes_per_iteration") + ENERGY_COLUMNS
 
 #: Bytes per gradient element on the wire: mixed precision (amp) all-reduces fp16 gradients.
 GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
@@ -59,6 +60,19 @@ class TrainingSpec:
     failure_policies: tuple[str, ...] = ("none",)
     seed: int = 0
     compression: Compression | None = None   # gradient format on the wire (None: dense)
+    compressions: tuple[Compression, ...] = ()   # several formats, one row each (a sweep)
+
+    def formats(self) -> tuple[Compression, ...]:
+        """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
+        return self.compressions or (self.compression or Compression(),)
+
+    def format_named(self, label: str) -> Compression:
+        """The format of :meth:`formats` whose label is ``label``."""
+        for fmt in self.formats():
+            if fmt.label == label:
+                return fmt
+        raise ConfigError(f"compression {label!r} is not in this sweep; it has "
+                          f"{', '.join(f.label for f in self.formats())}")
 
 
 def resolve_aggregation(name: str, ps: PsConfig) -> tuple[str, PsConfig]:
@@ -96,9 +110,26 @@ def topology_device(graph) -> str:
 
 
 def training_points(spec: TrainingSpec) -> list[tuple]:
-    """Every (model, aggregation, gpus, straggler factor, failure policy), in a fixed order."""
-    return [(m, a, n, f, p) for m in spec.models for a in spec.aggregations for n in spec.gpus
+    """Every (model, aggregation, gpus, straggler factor, failure policy, compression label),
+    in a fixed order."""
+    return [(m, a, n, f, p, c.label) for c in spec.formats() for m in spec.models
+            for a in spec.aggregations for n in spec.gpus
             for f in spec.straggler_factors for p in spec.failure_policies]
+
+
+def server_link_bytes(result, graph, gpus: int, ps: PsConfig) -> tuple[float, float]:
+    """Bytes per iteration on the links into and out of the parameter servers (summed over
+    servers): the PS hotspot's load. ``(0, 0)`` without parameter servers."""
+    from ..records import links_frame
+    from .training import _placement_nodes, _server_nodes, server_count
+
+    workers = _placement_nodes(graph, gpus)
+    servers = set(_server_nodes(graph, workers, ps, server_count(graph, workers, ps)))
+    links = links_frame(result.engine, result.engine.env.now)
+    wires = links[links["link"].str.contains("->")]
+    into = wires.loc[wires["dst"].isin(servers) & ~wires["src"].isin(servers), "bytes_carried"]
+    out = wires.loc[wires["src"].isin(servers) & ~wires["dst"].isin(servers), "bytes_carried"]
+    return float(into.sum()) / result.iterations, float(out.sum()) / result.iterations
 
 
 @functools.lru_cache(maxsize=64)
@@ -110,9 +141,10 @@ def _profile(model_name: str, device: str, batch: int, precision: str, measured:
 
 def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: str,
                        gpus: int, factor: float = 1.0, policy: str = "none",
-                       record_rates: bool = False):
+                       compression: str | None = None, record_rates: bool = False):
     """Simulate one point of ``spec``; return its TrainingResult, the row extended with
-    :data:`EXTRA_COLUMNS`."""
+    :data:`EXTRA_COLUMNS`. ``compression`` is the label of one of the spec's formats
+    (default: the first)."""
     from .models import get_model
 
     device = spec.device or topology_device(graph)
@@ -120,6 +152,7 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     profile = _profile(model_name, device, spec.batch_per_gpu, spec.precision, spec.measured_csv)
     grads = [layer.params * GRADIENT_BYTES[spec.precision] for layer in model.layers]
     kind, ps = resolve_aggregation(aggregation, spec.ps)
+    fmt = spec.format_named(compression) if compression is not None else spec.formats()[0]
 
     def simulate(n: int, record: bool):
         return simulate_training(
@@ -127,7 +160,7 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             model_name=model_name, gradient_bytes=grads, precision=spec.precision,
             bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=ps,
             record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed),
-            compression=spec.compression)
+            compression=fmt)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,
@@ -144,6 +177,8 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     row.update(failure_policy=policy, recovery=fate["policy"],
                goodput_samples_s=fate["goodput_samples_s"],
                lost_s=fate["lost_s"], stalled_s=fate["stalled_s"])
+    ps_in, ps_out = server_link_bytes(result, graph, gpus, ps) if kind == "ps" else (0.0, 0.0)
+    row.update(ps_in_bytes_per_iteration=ps_in, ps_out_bytes_per_iteration=ps_out)
     row.update(energy_columns(row, result.engine, device, gpus, result.iterations))
     result.row = row
     return result

@@ -212,3 +212,82 @@ def best_gpu_count(frame: pd.DataFrame, by=None) -> pd.DataFrame:
     if by:
         return ordered.groupby(list(by), sort=True).head(1).reset_index(drop=True)
     return ordered.head(1).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------
+# A scenario's study: simulated iterations at every GPU count, then time to train
+# --------------------------------------------------------------------------------------------
+
+def _time_to_train_columns() -> tuple[str, ...]:
+    from .sweep import EXTRA_COLUMNS
+    from .training import TRAINING_COLUMNS
+
+    return TRAINING_COLUMNS + EXTRA_COLUMNS + (
+        "global_batch", "steps", "examples", "epochs", "time_to_train_s", "convergence", "form",
+        "joules_to_train", "fastest", "speedup_vs_fewest_gpus")
+
+
+#: Columns of a study row: the training row, time to train, energy to train, the minimum.
+TIME_TO_TRAIN_COLUMNS = _time_to_train_columns()
+
+
+@dataclass(frozen=True)
+class TimeToTrainStudy:
+    """One model at a fixed per-GPU batch over ``gpus``, judged by each optimizer's convergence
+    model (every optimizer must model this network: its ``E_min`` is that network's)."""
+
+    model: str
+    batch_per_gpu: int
+    gpus: tuple[int, ...]
+    optimizers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TimeToTrainSpec:
+    """What the ``time_to_train:`` section of a scenario asks for."""
+
+    studies: tuple[TimeToTrainStudy, ...]
+    forms: tuple[str, ...] = FORMS
+    aggregation: str = "hierarchical"
+    precision: str = "fp16"
+    device: str | None = None            # default: the topology's GPU preset
+    bucket_bytes: int = 25 * 2**20
+
+    def points(self) -> list[tuple[str, int]]:
+        """``(model, gpus)``: the simulated training points (each yields a row per optimizer
+        and form)."""
+        return [(s.model, n) for s in self.studies for n in s.gpus]
+
+
+def mark_fastest(frame: pd.DataFrame, by=("model", "convergence", "form")) -> pd.DataFrame:
+    """Add ``fastest``: True on the row of each group with the shortest time to train (the GPU
+    count beyond which adding GPUs no longer helps), and ``speedup_vs_fewest_gpus``."""
+    out = frame.copy()
+    best = best_gpu_count(out, by=list(by))
+    keys = set(map(tuple, best[list(by) + ["gpus"]].itertuples(index=False)))
+    out["fastest"] = [k in keys for k in map(tuple, out[list(by) + ["gpus"]]
+                                              .itertuples(index=False))]
+    first = out.groupby(list(by))["time_to_train_s"].transform("first")
+    out["speedup_vs_fewest_gpus"] = first / out["time_to_train_s"]
+    return out
+
+
+def run_time_to_train(graph, spec: TimeToTrainSpec, progress=None) -> pd.DataFrame:
+    """Simulate every study's training points, then add time to train per optimizer and form
+    (:func:`time_to_train`), the energy to train (``joules_to_train`` = joules per iteration x
+    steps) and :func:`mark_fastest`."""
+    from .sweep import TrainingSpec, run_training
+
+    frames = []
+    for study in spec.studies:
+        training = TrainingSpec(models=(study.model,), batch_per_gpu=study.batch_per_gpu,
+                                gpus=tuple(sorted(study.gpus)), aggregations=(spec.aggregation,),
+                                precision=spec.precision, device=spec.device,
+                                bucket_bytes=spec.bucket_bytes)
+        results = run_training(graph, training, progress)
+        for optimizer in study.optimizers:
+            for form in spec.forms:
+                frames.append(time_to_train(results, optimizer, form))
+    frame = pd.concat(frames, ignore_index=True)
+    frame["joules_to_train"] = frame["joules_per_iteration"] * frame["steps"]
+    return mark_fastest(frame)

@@ -565,3 +565,93 @@ def _compute_all(engine: Engine, workers, duration_s: float, label: str, then) -
 
     for w in workers:
         engine.compute(f"{w}/compute", duration_s, label, one_done)
+
+
+# --------------------------------------------------------------------------------------------
+# A scenario's study: every stage of one model, memory refusals reported as rows
+# --------------------------------------------------------------------------------------------
+
+#: Models a ZeRO study can name: the model registry plus GPT-3 6.7B (a 7B model).
+EXTRA_MODELS = {"gpt3_6.7b": gpt3_6_7b}
+
+#: Columns of a study row: a step's :data:`ZERO_COLUMNS`, whether it ran, and its energy.
+ZERO_STUDY_COLUMNS = ZERO_COLUMNS + ("status", "joules_per_iteration", "joules_per_sample",
+                                     "gpu_joules", "network_joules")
+
+
+def zero_model(name: str) -> Model:
+    """A model by name: the registry's, or one of :data:`EXTRA_MODELS`."""
+    if name in EXTRA_MODELS:
+        return EXTRA_MODELS[name]()
+    return get_model(name)
+
+
+def zero_model_names() -> tuple[str, ...]:
+    """Every name :func:`zero_model` accepts."""
+    from .models import MODELS
+
+    return tuple(MODELS) + tuple(EXTRA_MODELS)
+
+
+@dataclass(frozen=True)
+class ZeroStudy:
+    """What the ``zero:`` section of a scenario asks for: one model, one data-parallel degree,
+    each listed ZeRO stage (stages 1-3 once per ``prefetch`` setting; stage 0 gathers nothing,
+    so once)."""
+
+    model: str = "gpt3_6.7b"
+    device: str | None = None           # default: the topology's GPU preset
+    gpus: int | None = None             # default: every endpoint of the topology
+    micro_batch: int = 1
+    precision: str = "fp16"
+    stages: tuple[int, ...] = ZERO_STAGES
+    prefetch: tuple[bool, ...] = (True,)
+    checkpointing: bool = False
+    group_bytes: int = DEFAULT_GROUP_BYTES
+    algorithm: str = "ring"
+
+    def points(self) -> list[tuple[int, bool]]:
+        """``(stage, prefetch)`` in a fixed order."""
+        return [(s, p) for s in self.stages for p in (self.prefetch if s else self.prefetch[:1])]
+
+
+def _refused_row(model: Model, device: Device, memory: ZeroMemory, study: ZeroStudy,
+                 prefetch: bool, graph) -> dict:
+    """The row of a configuration that does not fit: its memory terms, no timings."""
+    row = dict.fromkeys(ZERO_STUDY_COLUMNS, math.nan)
+    row.update({"model": model.name, "device": device.name, "stage": memory.stage,
+                "gpus": memory.gpus, "micro_batch": study.micro_batch,
+                "precision": study.precision, "prefetch": bool(prefetch),
+                "checkpointing": study.checkpointing, "params": model.params, **memory.terms(),
+                "device_memory_bytes": device.memory_bytes, "fits": False,
+                "predicted_bytes_per_gpu_per_step": zero_traffic_bytes(
+                    model.params, memory.gpus, memory.stage, study.precision),
+                "bottleneck_link": "", "topology": graph.graph.get("name", ""),
+                "status": f"does not fit: needs {_gb(memory.total_bytes)} of "
+                          f"{_gb(device.memory_bytes)}"})
+    return row
+
+
+def run_zero_point(graph, study: ZeroStudy, stage: int, prefetch: bool) -> dict:
+    """One row of a study: the simulated step with its energy, or, when the configuration does
+    not fit the GPU's memory (which :func:`simulate_zero` refuses), the memory terms alone."""
+    from .energy import energy_columns
+    from .sweep import topology_device
+
+    model = zero_model(study.model)
+    device = get_device(study.device or topology_device(graph))
+    n = study.gpus or len(endpoints(graph))
+    p_bytes = _state_bytes(study.precision)[0]
+    groups = layer_groups([layer.params * p_bytes for layer in model.layers], study.group_bytes)
+    memory = zero_memory(model.params, n, stage, study.precision,
+                         activation_memory(model, study.micro_batch, study.precision,
+                                           study.checkpointing, groups))
+    if memory.total_bytes > device.memory_bytes:
+        return _refused_row(model, device, memory, study, prefetch, graph)
+    result = simulate_zero(graph, model, device, stage, n, study.micro_batch, study.precision,
+                           prefetch, checkpointing=study.checkpointing,
+                           group_bytes=study.group_bytes, algorithm=study.algorithm)
+    row = dict(result.row, status="simulated")
+    row.update(energy_columns(dict(row, batch_per_gpu=study.micro_batch), result.engine, device,
+                              n))
+    return row
