@@ -637,6 +637,21 @@ def measured_profile(path_or_frame, model: Model | None = None,
     return ComputeProfile(layers, float(optimizer_s))
 
 
+def adam_profile(model: Model, device: Device, micro_batch: int, precision: str,
+                 profile: "ComputeProfile | None" = None) -> "ComputeProfile":
+    """The per-layer profile of large-model training (ZeRO, pipelines): the given ``profile``
+    checked to have one entry per layer of ``model``, or the roofline model's with an Adam step,
+    computing in fp16 under mixed precision (``amp``/``bf16``: half-width tensor-core math)."""
+    if profile is None:
+        profile = roofline_profile(model, device, micro_batch,
+                                   "fp16" if precision in ("amp", "bf16") else precision,
+                                   optimizer="adam")
+    if len(profile.layers) != len(model.layers):
+        raise ConfigError(f"profile has {len(profile.layers)} layers, model {model.name!r} "
+                          f"{len(model.layers)}")
+    return profile
+
+
 # --------------------------------------------------------------------------------------------
 # Boundary
 # --------------------------------------------------------------------------------------------

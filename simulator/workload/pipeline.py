@@ -73,7 +73,7 @@ from ..schedules import make_schedule
 from ..schedules.base import Schedule, ScheduleBuilder
 from ..topology import endpoints
 from ..topology.devices import get_device
-from .compute import roofline_profile
+from .compute import adam_profile
 from .models import FP32_BYTES, get_model
 
 __all__ = [
@@ -311,12 +311,7 @@ def simulate_pipeline(graph, model, device=None, *, stages: int, micro_batches: 
         if device is None:
             raise ConfigError("simulate_pipeline needs a device preset or a compute profile")
         device = get_device(device) if isinstance(device, str) else device
-        profile = roofline_profile(model, device, micro_batch,
-                                   "fp16" if precision in ("amp", "bf16") else precision,
-                                   optimizer="adam")
-    if len(profile.layers) != len(model.layers):
-        raise ConfigError(f"profile has {len(profile.layers)} layers, model {model.name!r} "
-                          f"{len(model.layers)}")
+    profile = adam_profile(model, device, micro_batch, precision, profile)
     gpus = p * replicas
     nodes = list(placement) if placement is not None else list(endpoints(graph)[:gpus])
     if len(nodes) < gpus:

@@ -81,7 +81,7 @@ from ..records import bottleneck, links_frame
 from ..schedules import make_schedule
 from ..topology import endpoints
 from ..topology.devices import Device, get_device
-from .compute import roofline_profile
+from .compute import adam_profile
 from .models import (FP32_BYTES, Model, embedding, get_model, layernorm, linear,
                      transformer_block)
 
@@ -417,13 +417,7 @@ def simulate_zero(graph, model, device, stage: int, gpus: int, micro_batch: int,
                          activation_memory(model, micro_batch, precision, checkpointing, groups))
     if check_memory:
         check_fits(memory, device)
-    if profile is None:
-        profile = roofline_profile(model, device, micro_batch,
-                                   "fp16" if precision in ("amp", "bf16") else precision,
-                                   optimizer="adam")
-    if len(profile.layers) != len(model.layers):
-        raise ConfigError(f"profile has {len(profile.layers)} layers, model {model.name!r} "
-                          f"{len(model.layers)}")
+    profile = adam_profile(model, device, micro_batch, precision, profile)
     fwd = [math.fsum(l.forward_s for l in profile.layers[a:b]) for a, b in groups]
     bwd = [math.fsum(l.backward_s for l in profile.layers[a:b]) for a, b in groups]
     if checkpointing:
