@@ -68,6 +68,12 @@ def test_failure_policies_rank_as_expected(stragglers):
     async_rows = stragglers[(stragglers.aggregation == "ps-async")
                             & (stragglers.failure_policy != "none")]
     assert (async_rows.recovery == "async_ps").all()
+    # one failure row per straggler factor: the listed recovery policies do not apply to it
+    assert list(async_rows.failure_policy.unique()) == ["async_ps"]
+    assert len(async_rows) == stragglers.straggler_factor.nunique()
+    ring_failures = stragglers[(stragglers.aggregation == "ring")
+                               & (stragglers.failure_policy != "none")]
+    assert set(ring_failures.failure_policy) == {"checkpoint_restart", "elastic"}
 
 
 def test_same_seed_same_bytes(tmp_path):

@@ -114,7 +114,19 @@ def training_points(spec: TrainingSpec) -> list[tuple]:
     in a fixed order."""
     return [(m, a, n, f, p, c.label) for c in spec.formats() for m in spec.models
             for a in spec.aggregations for n in spec.gpus
-            for f in spec.straggler_factors for p in spec.failure_policies]
+            for f in spec.straggler_factors for p in failure_policies(spec, a)]
+
+
+def failure_policies(spec: TrainingSpec, aggregation: str) -> tuple[str, ...]:
+    """The failure policies simulated for ``aggregation``. Asynchronous parameter-server
+    workers never wait for each other, so a failure needs no recovery whatever policy the user
+    listed: every recovering policy collapses into one ``async_ps`` row (one row per policy
+    would repeat the same numbers under different names)."""
+    kind, ps = resolve_aggregation(aggregation, spec.ps)
+    if kind != "ps" or ps.staleness is not None:
+        return spec.failure_policies
+    keep = tuple(p for p in spec.failure_policies if p == "none")
+    return keep + (("async_ps",) if len(keep) < len(spec.failure_policies) else ())
 
 
 def server_link_bytes(result, graph, gpus: int, ps: PsConfig) -> tuple[float, float]:
