@@ -29,7 +29,9 @@ from .errors import ConfigError, unknown_name
 from .records import bottleneck, links_frame
 from .schedules import get_algorithm, make_schedule
 from .schedules.base import Schedule
+from .schedules.ring import explicit_orders
 from .topology import endpoints, ps_endpoints
+from .topology.rings import ring_orders
 
 #: Engines ``run_collective`` (and ``clustersim collective --engine``) accepts.
 ENGINES = ("event", "fast", "auto")
@@ -90,11 +92,23 @@ def default_options(graph: nx.DiGraph, algorithm: str, gpus: int, options: dict)
     ``local_ranks`` (ranks per machine) for hierarchical algorithms and multi-channel rings;
     ``channels`` for the ring across machines: one ring per NIC of a machine, as NCCL opens one
     channel per NIC so that every rail carries traffic.
+
+    ``orders`` for the ring on machines whose GPUs are joined by point-to-point links (DGX-1's
+    NVLink cube-mesh): the topology-aware ring channels of
+    :func:`simulator.topology.rings.ring_orders`, with ``channels`` their count. Not when the
+    user set ``channels`` or ``orders`` (``channels=1`` keeps the textbook single ring in index
+    order), and never on switch-joined or single-GPU machines, whose rings stay in index order.
     """
     opts = dict(options)
     accepted = get_algorithm(algorithm).options()
     if "local_ranks" in accepted and opts.get("local_ranks") is None:
         opts["local_ranks"] = local_ranks(graph, gpus)
+    if "orders" in accepted and opts.get("orders") is not None:
+        opts.setdefault("channels", len(explicit_orders(opts["orders"], gpus)))
+    elif "orders" in accepted and "channels" not in opts:
+        plan = ring_orders(graph, gpus)
+        if plan.orders is not None:
+            opts.update(orders=plan.orders, channels=plan.channels)
     if "channels" in accepted and "channels" not in opts:
         opts["channels"] = max(1, nics_per_machine(graph, gpus))
     return opts

@@ -15,7 +15,10 @@ message is split into ``C`` parts, each all-reduced on its own ring and FIFO cha
 ``local_ranks = L`` (ranks per machine) channel ``c`` visits each machine's ranks rotated by
 ``c``, so the rank that leaves a machine, and with it the NIC the ring crosses, differs from
 channel to channel, which is how NCCL spreads inter-node rings over all NICs. Without it every
-channel follows the same cycle (parallel flows on the same links).
+channel follows the same cycle (parallel flows on the same links). With ``orders`` (one
+permutation of the ranks per channel) every channel follows its own given cycle instead: the
+topology-aware rings of :mod:`simulator.topology.rings`, which keep every hop of a DGX-1 ring
+on NVLink, arrive this way; ``channels`` is then ``len(orders)`` and ``local_ranks`` is unused.
 
 Broadcast and reduce run as a pipeline along the chain ``root, root+1, ..., root-1`` (the ring
 with one edge unused): broadcast copies the message down the chain, reduce adds it up towards the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
 from .base import Schedule, split_bytes
 from .tree import ROOTED, chain, positive_int, resolve_root, tree_schedule
 
@@ -51,12 +55,56 @@ def ring_order(p: int, channel: int, local_ranks: int | None) -> np.ndarray:
     return (nodes[:, None] * local_ranks + (j[None, :] + channel) % local_ranks).ravel()
 
 
+def explicit_orders(orders, p: int) -> list[np.ndarray]:
+    """The ``orders`` option as one array per channel, each a permutation of ``0..p-1``.
+
+    Anything else (not a non-empty list of lists, a wrong length, a repeated or missing rank)
+    raises a :class:`ConfigError` naming the option and the offending channel.
+    """
+    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__len__") or len(orders) == 0:
+        raise ConfigError(f"option orders must be a non-empty list of rank orders (one "
+                          f"permutation of 0..{p - 1} per channel), got {orders!r}")
+    result = []
+    for c, order in enumerate(orders):
+        ok = not isinstance(order, (str, bytes)) and hasattr(order, "__len__")
+        values = list(order) if ok else []
+        ok = ok and all(isinstance(r, (int, np.integer)) and not isinstance(r, bool)
+                        for r in values)
+        if not ok or sorted(int(r) for r in values) != list(range(p)):
+            raise ConfigError(f"option orders: channel {c} order {order!r} is not a "
+                              f"permutation of the ranks 0..{p - 1}")
+        result.append(np.asarray(values, dtype=np.int64))
+    return result
+
+
+def channel_orders(p: int, channels: int | None, local_ranks: int | None,
+                   orders=None) -> list[np.ndarray]:
+    """Every channel's ring order: the explicit ``orders``, else :func:`ring_order` per channel.
+
+    ``channels`` defaults to ``len(orders)`` (or 1); given with ``orders`` it must agree.
+    """
+    if orders is None:
+        count = 1 if channels is None else positive_int("channels", channels)
+        return [ring_order(p, c, local_ranks) for c in range(count)]
+    result = explicit_orders(orders, p)
+    if channels is not None and positive_int("channels", channels) != len(result):
+        raise ConfigError(f"option channels={channels} disagrees with the {len(result)} "
+                          f"ring order(s) of option orders; give one of them, or both equal")
+    return result
+
+
 def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
-         channels: int = 1, local_ranks: int | None = None) -> Schedule:
-    """Ring reduce-scatter, all-gather, or both (all-reduce); chain broadcast and reduce."""
+         channels: int | None = None, local_ranks: int | None = None,
+         orders=None) -> Schedule:
+    """Ring reduce-scatter, all-gather, or both (all-reduce); chain broadcast and reduce.
+
+    ``orders`` (one permutation of the ranks per channel) overrides the index order; broadcast
+    and reduce ignore it (and ``channels``) and keep their chain ``root, root+1, ...``.
+    """
     p = ranks
     root = resolve_root(collective, ranks, root)
-    channels = positive_int("channels", channels)
+    orders = channel_orders(p, channels, local_ranks, orders)
+    channels = len(orders)
     if collective in ROOTED:
         return tree_schedule(collective, "ring", p, size_bytes, [chain(p).rooted_at(root)])
     parts = []
@@ -70,8 +118,7 @@ def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
     cols: dict[str, list] = {key: [] for key in one}
     cols["channel"] = []
     blocks, chunk_bytes = [], []
-    for c, part_bytes in enumerate(split_bytes(size_bytes, channels)):
-        order = ring_order(p, c, local_ranks)
+    for c, (order, part_bytes) in enumerate(zip(orders, split_bytes(size_bytes, channels))):
         for key, value in one.items():
             if key in ("src", "dst"):
                 value = order[value]

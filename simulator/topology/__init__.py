@@ -4,7 +4,8 @@ The graph schema (attributes and units) is documented in :mod:`simulator.topolog
 builders in :mod:`~simulator.topology.builders`; YAML presets of real machines in
 :mod:`~simulator.topology.presets` (files in the ``topologies`` package); GPU and CPU presets in
 :mod:`~simulator.topology.devices`; deterministic shortest-path routing with ECMP in
-:mod:`~simulator.topology.routing`. Nothing here knows about time or SimPy.
+:mod:`~simulator.topology.routing`; topology-aware ring channel orders (NCCL's ring search) in
+:mod:`~simulator.topology.rings`. Nothing here knows about time or SimPy.
 """
 
 from simulator.topology.builders import (
@@ -15,11 +16,12 @@ from simulator.topology.graph import (
     EDGE_KINDS, NODE_KINDS, describe, endpoints, ps_endpoints, validate,
 )
 from simulator.topology.presets import list_topologies, load_topology, preset_names, read_preset
+from simulator.topology.rings import RingPlan, ring_orders
 from simulator.topology.routing import Path, Router
 
 __all__ = [
     "BUILDERS", "DEVICES", "Device", "EDGE_KINDS", "NODE_KINDS", "Path", "Router", "build",
     "describe", "endpoints", "fat_tree", "get_device", "gpu_cluster", "list_topologies",
-    "load_topology", "parameter_names", "preset_names", "ps_endpoints", "read_preset", "star",
-    "validate",
+    "load_topology", "parameter_names", "preset_names", "ps_endpoints", "read_preset",
+    "RingPlan", "ring_orders", "star", "validate",
 ]
