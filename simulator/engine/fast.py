@@ -91,6 +91,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import SimulationError, TopologyError
+from .tree_pipeline import TREE_ALGORITHMS
 from ..schedules.base import Schedule, split_bytes
 from ..schedules.deps import dependencies, epochs
 from ..topology.routing import NON_TRANSIT_KINDS, Router
@@ -974,6 +975,16 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
                            channels=int(options.get("channels", 1)),
                            local_ranks=options.get("local_ranks"),
                            reduce_compute=reduce_compute)
+        if result.applicable:
+            return result, schedule
+        reasons.append(f"{result.method}: {result.reason}")
+    if algorithm in TREE_ALGORITHMS and slices == 1 and schedule is None:
+        from .tree_pipeline import tree_pipeline_time
+
+        make_schedule(algorithm, collective, min(gpus, 2), size_bytes, slices=slices,
+                      **{k: v for k, v in options.items() if k != "root"})   # validates
+        result = tree_pipeline_time(graph, placement, collective, algorithm, size_bytes, gpus,
+                                    options, reduce_compute)
         if result.applicable:
             return result, schedule
         reasons.append(f"{result.method}: {result.reason}")
