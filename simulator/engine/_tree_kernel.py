@@ -47,6 +47,43 @@ def _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr, chi
 
 
 @njit(cache=True)
+def _arm(flows, f_version, events, now, eid, wake_gen, wake_time):
+    """FlowNetwork._arm: one pending wake-up, for the earliest valid completion. Returns the
+    updated ``(eid, wake_gen, wake_time)``."""
+    while len(flows) > 0 and flows[0][2] != f_version[flows[0][3]]:
+        heapq.heappop(flows)
+    if len(flows) == 0:
+        return eid, wake_gen, np.inf
+    t = flows[0][0]
+    if t == wake_time:
+        return eid, wake_gen, wake_time
+    eid += 1
+    heapq.heappush(events, (now + max(0.0, t - now), eid, np.int64(0), np.int64(_WAKE),
+                            wake_gen + 1))
+    return eid, wake_gen + 1, t
+
+
+@njit(cache=True)
+def _deliver(events, batches, now, lat, eid, code):
+    """runner.drained's delivery: one path latency later, in the batch of its instant (one
+    SimPy event per delivery instant, members in drain order); at once without latency.
+    Returns the updated event counter."""
+    if lat <= 0:
+        heapq.heappush(events, (now, np.int64(-1), np.int64(0), np.int64(_DELIVER), code))
+        return eid
+    t = now + lat
+    if t in batches:
+        b_eid, n_mem = batches[t]
+        batches[t] = (b_eid, n_mem + 1)
+    else:
+        eid += 1
+        b_eid, n_mem = eid, np.int64(0)
+        batches[t] = (b_eid, np.int64(1))
+    heapq.heappush(events, (t, b_eid, n_mem, np.int64(_DELIVER), code))
+    return eid
+
+
+@njit(cache=True)
 def _load(r, user_ptr, user_idx, f_active, f_rate, f_seen, cand):
     """Total rate on resource ``r``, with candidate rates for the flows being re-solved."""
     total = 0.0
@@ -475,19 +512,8 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
                     f_shared[c] = False
             for r in comp_res:
                 r_seen[r] = False
-            # _arm: one pending wake-up for the earliest valid completion
-            while len(flows) > 0 and flows[0][2] != f_version[flows[0][3]]:
-                heapq.heappop(flows)
-            if len(flows) == 0:
-                wake_time = inf
-            else:
-                t = flows[0][0]
-                if t != wake_time:
-                    wake_gen += 1
-                    wake_time = t
-                    eid += 1
-                    heapq.heappush(events, (now + max(0.0, t - now), eid, np.int64(0),
-                                            np.int64(_WAKE), wake_gen))
+            eid, wake_gen, wake_time = _arm(flows, f_version, events, now, eid, wake_gen,
+                                            wake_time)
             continue
 
         if len(events) == 0:
@@ -523,38 +549,13 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
             if len(done) > 0 or len(dirty) > 0:
                 solve_pending = True
             else:
-                while len(flows) > 0 and flows[0][2] != f_version[flows[0][3]]:
-                    heapq.heappop(flows)
-                if len(flows) == 0:
-                    wake_time = inf
-                else:
-                    t = flows[0][0]
-                    if t != wake_time:
-                        wake_gen += 1
-                        wake_time = t
-                        eid += 1
-                        heapq.heappush(events, (now + max(0.0, t - now), eid, np.int64(0),
-                                                np.int64(_WAKE), wake_gen))
+                eid, wake_gen, wake_time = _arm(flows, f_version, events, now, eid, wake_gen,
+                                                wake_time)
             # on_drained of each, in drain order: runner.drained
             for c in done:
-                s = f_seg[c]
                 busy[c] = False
-                lat = latency[path_of[c]]
-                if lat > 0:
-                    t = now + lat
-                    if t in batches:
-                        b_eid, n_mem = batches[t]
-                        batches[t] = (b_eid, n_mem + 1)
-                    else:
-                        eid += 1
-                        b_eid, n_mem = eid, np.int64(0)
-                        batches[t] = (b_eid, np.int64(1))
-                    heapq.heappush(events, (now + lat, b_eid, n_mem, np.int64(_DELIVER),
-                                            np.int64(c * n_seg + s)))
-                else:
-                    # delivered at once: handled below through the same code path
-                    heapq.heappush(events, (now, np.int64(-1), np.int64(0),
-                                            np.int64(_DELIVER), np.int64(c * n_seg + s)))
+                eid = _deliver(events, batches, now, latency[path_of[c]], eid,
+                               np.int64(c * n_seg + f_seg[c]))
                 pending_starts.append(c)
             continue
 
@@ -562,20 +563,7 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
         s = code % n_seg
         if kind == _ZERO:
             busy[c] = False
-            lat = latency[path_of[c]]
-            t = now + lat
-            if lat > 0:
-                if t in batches:
-                    b_eid, n_mem = batches[t]
-                    batches[t] = (b_eid, n_mem + 1)
-                else:
-                    eid += 1
-                    b_eid, n_mem = eid, np.int64(0)
-                    batches[t] = (b_eid, np.int64(1))
-                heapq.heappush(events, (t, b_eid, n_mem, np.int64(_DELIVER), code))
-            else:
-                heapq.heappush(events, (now, np.int64(-1), np.int64(0), np.int64(_DELIVER),
-                                        code))
+            eid = _deliver(events, batches, now, latency[path_of[c]], eid, code)
             pending_starts.append(c)
             continue
         if kind == _DELIVER:
