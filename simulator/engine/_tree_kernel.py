@@ -116,6 +116,46 @@ def _bottlenecked(c, rate, path_of, res_ptr, res_idx, caps, user_ptr, user_idx, 
 
 
 @njit(cache=True)
+def _fill(res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res_ptr, res_idx,
+          r_left, r_cnt):
+    """Progressive filling (network.max_min_rates) of the ``member`` flows whose ``rate`` is
+    still negative, on resources ``res`` holding ``r_left`` capacity for ``r_cnt`` of them: the
+    resource with the smallest fair share freezes its flows at that share, repeatedly.
+    ``clamp`` reads negative leftovers as 0 (a local re-solve). Returns the flows left."""
+    heap = [(0.0, np.int64(0))]
+    heap.pop()
+    for r in res:
+        if r_cnt[r] > 0:
+            left = max(r_left[r], 0.0) if clamp else r_left[r]
+            heap.append((left / r_cnt[r], np.int64(r)))
+    heapq.heapify(heap)
+    while todo > 0 and len(heap) > 0:
+        share, r = heapq.heappop(heap)
+        cnt = r_cnt[r]
+        if cnt == 0:
+            continue
+        current = (max(r_left[r], 0.0) if clamp else r_left[r]) / cnt
+        if current != share:
+            heapq.heappush(heap, (current, r))
+            continue
+        for k in range(user_ptr[r], user_ptr[r + 1]):
+            c = user_idx[k]
+            if not member[c] or rate[c] >= 0.0:
+                continue
+            rate[c] = share
+            todo -= 1
+            pid = path_of[c]
+            for j in range(res_ptr[pid], res_ptr[pid + 1]):
+                r2 = res_idx[j]
+                r_left[r2] -= share
+                r_cnt[r2] -= 1
+                if r2 != r and r_cnt[r2] > 0:
+                    heapq.heappush(heap, (max(r_left[r2], 0.0) / r_cnt[r2], np.int64(r2)))
+        r_cnt[r] = 0
+    return todo
+
+
+@njit(cache=True)
 def _local_solve(dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, user_idx, f_active,
                  f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, f_seen, r_seen,
                  r_left, r_cnt, cand, flows):
@@ -149,38 +189,10 @@ def _local_solve(dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, user_idx
                     left -= f_rate[u]
         r_left[r] = left
         r_cnt[r] = cnt
-    heap = [(0.0, np.int64(0))]
-    heap.pop()
-    for r in res:
-        if r_cnt[r] > 0:
-            heap.append((max(r_left[r], 0.0) / r_cnt[r], np.int64(r)))
-    heapq.heapify(heap)
     for c in group:
         cand[c] = -1.0
-    todo = len(group)
-    while todo > 0 and len(heap) > 0:
-        share, r = heapq.heappop(heap)
-        cnt = r_cnt[r]
-        if cnt == 0:
-            continue
-        current = max(r_left[r], 0.0) / cnt
-        if current != share:
-            heapq.heappush(heap, (current, r))
-            continue
-        for k in range(user_ptr[r], user_ptr[r + 1]):
-            c = user_idx[k]
-            if not f_active[c] or not f_seen[c] or cand[c] >= 0.0:
-                continue
-            cand[c] = share
-            todo -= 1
-            pid = path_of[c]
-            for j in range(res_ptr[pid], res_ptr[pid + 1]):
-                r2 = res_idx[j]
-                r_left[r2] -= share
-                r_cnt[r2] -= 1
-                if r2 != r and r_cnt[r2] > 0:
-                    heapq.heappush(heap, (max(r_left[r2], 0.0) / r_cnt[r2], np.int64(r2)))
-        r_cnt[r] = 0
+    todo = _fill(res, f_seen, cand, len(group), True, user_ptr, user_idx, path_of, res_ptr,
+                 res_idx, r_left, r_cnt)
     ok = todo == 0
     if ok:
         for c in group:
@@ -272,7 +284,6 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     f_seg = np.zeros(n_conn, dtype=np.int64)
     f_seen = np.zeros(n_conn, dtype=np.bool_)
     f_shared = np.zeros(n_conn, dtype=np.bool_)
-    f_frozen = np.zeros(n_conn, dtype=np.bool_)
     new_rate = np.zeros(n_conn)
     # resource state
     n_on = np.zeros(n_res, dtype=np.int64)
@@ -451,7 +462,7 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
                             rate = caps[r]
                     if rate == 0.0:
                         f_shared[c] = True
-                        f_frozen[c] = False
+                        new_rate[c] = -1.0
                         n_shared += 1
                     else:
                         new_rate[c] = rate
@@ -467,38 +478,8 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
                             pid = path_of[c]
                             for k in range(res_ptr[pid], res_ptr[pid + 1]):
                                 r_cnt[res_idx[k]] += 1
-                    heap = [(0.0, np.int64(0))]
-                    heap.pop()
-                    for r in comp_res:
-                        if r_cnt[r] > 0:
-                            heap.append((r_left[r] / r_cnt[r], np.int64(r)))
-                    heapq.heapify(heap)
-                    left_flows = n_shared
-                    while left_flows > 0 and len(heap) > 0:
-                        share, r = heapq.heappop(heap)
-                        cnt = r_cnt[r]
-                        if cnt == 0:
-                            continue
-                        current = r_left[r] / cnt
-                        if current != share:
-                            heapq.heappush(heap, (current, r))
-                            continue
-                        for k in range(user_ptr[r], user_ptr[r + 1]):
-                            c = user_idx[k]
-                            if not f_seen[c] or not f_shared[c] or f_frozen[c]:
-                                continue
-                            f_frozen[c] = True
-                            new_rate[c] = share
-                            left_flows -= 1
-                            pid = path_of[c]
-                            for j in range(res_ptr[pid], res_ptr[pid + 1]):
-                                r2 = res_idx[j]
-                                r_left[r2] -= share
-                                r_cnt[r2] -= 1
-                                if r2 != r and r_cnt[r2] > 0:
-                                    heapq.heappush(heap, (max(r_left[r2], 0.0) / r_cnt[r2],
-                                                          np.int64(r2)))
-                        r_cnt[r] = 0
+                    _fill(comp_res, f_shared, new_rate, n_shared, False, user_ptr, user_idx,
+                          path_of, res_ptr, res_idx, r_left, r_cnt)
                 for i in order:
                     c = comp_flows[i]
                     rate = new_rate[c]
