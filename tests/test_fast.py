@@ -396,3 +396,130 @@ def test_default_options_used_by_fast_and_event_agree():
     assert opts["channels"] == 8
     event, auto = both(g, "ring", 64 << 20, 16, reduce_compute=False)
     assert_parity(event, auto, must_apply=False)
+
+
+# -- ring recurrence (ranks finish ring steps at different instants) -------------------------------
+def cluster(nodes, gpus_per_node, **extra):
+    params = {"nodes": str(nodes), "gpus_per_node": str(gpus_per_node)}
+    params.update({k: str(v) for k, v in extra.items()})
+    return load_topology("gpu_cluster", params)
+
+
+def event_and_fast(graph, collective, size, gpus, **opts):
+    """(event row, fast CollectiveRun) of one ring collective."""
+    event = run_collective(graph, collective, "ring", size, gpus=gpus, **opts).row
+    fast = run_collective(graph, collective, "ring", size, gpus=gpus, engine="fast", **opts)
+    return event, fast
+
+
+def assert_exact(event, fast_run, method="ring-recurrence"):
+    assert fast_run.row["engine"] == "fast" and fast_run.fast.method == method
+    assert fast_run.schedule is None                       # never built
+    assert math.isclose(fast_run.row["time_s"], event["time_s"], rel_tol=1e-9)
+    assert fast_run.row["bottleneck_link"] == event["bottleneck_link"]
+    assert math.isclose(fast_run.row["bottleneck_utilisation"], event["bottleneck_utilisation"],
+                        rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("nodes,gpus_per_node", [(2, 4), (3, 8), (4, 4)])
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "allgather"])
+@pytest.mark.parametrize("chunk", [1 << 10, 3 << 16])
+@pytest.mark.parametrize("reduce_compute", [True, False])
+def test_ring_recurrence_equals_event_on_gpu_cluster(nodes, gpus_per_node, collective, chunk,
+                                                     reduce_compute):
+    """Fast NVSwitch hops and a slow NIC hop per machine: ranks finish steps at different
+    instants, the symmetric ring declines, and the recurrence is exact."""
+    g = cluster(nodes, gpus_per_node)
+    p = nodes * gpus_per_node
+    symmetric = ring_time(g, placement(g, p), collective, chunk * p)
+    assert symmetric.method == "ring-recurrence"           # the symmetric ring declined
+    event, fast = event_and_fast(g, collective, chunk * p, p, reduce_compute=reduce_compute)
+    assert_exact(event, fast)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter"])
+def test_ring_recurrence_with_slow_reductions_and_a_fat_tree(collective):
+    """Reductions slower than the wire (the compute queues bind) on a leaf-spine fabric."""
+    g = cluster(4, 4, reduce_bandwidth="4GB/s", fabric="fat_tree", nics_per_leaf=2, spines=1)
+    event, fast = event_and_fast(g, collective, 16 * 40960, 16)
+    assert_exact(event, fast)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "allgather"])
+def test_ring_recurrence_on_two_dgx_a100(collective):
+    """The dgx-a100-2node preset with one channel; also dgx-a100 with nodes=2."""
+    for g in (load_topology("dgx-a100-2node"), load_topology("dgx-a100", {"nodes": "2"})):
+        event, fast = event_and_fast(g, collective, 16 << 20, 16, channels=1)
+        assert_exact(event, fast)
+
+
+def test_ring_recurrence_with_lockstep_channels():
+    """Two channels in the same rank order (local_ranks=1) run in lockstep and share their
+    paths: one flow of weight 2. With reductions charged each rank reduces two chunks per step
+    (declined; auto equals event)."""
+    g = cluster(2, 4)
+    for collective, opts in (("allgather", {}), ("allreduce", {"reduce_compute": False})):
+        event, fast = event_and_fast(g, collective, 8 << 20, 8, channels=2, local_ranks=1,
+                                     **opts)
+        assert_exact(event, fast)
+    result = ring_time(g, placement(g, 8), "allreduce", 8 << 20, channels=2, local_ranks=1)
+    assert not result.applicable and "several" in result.reason
+    event, auto = both(g, "ring", 8 << 20, 8, channels=2, local_ranks=1)
+    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+
+
+@pytest.mark.parametrize("graph,opts,why", [
+    # every machine's host bridge (capped at 20 GB/s) carries all its ring flows
+    (lambda: cluster(2, 4, intra="pcie", pcie_switches=0, host_bridge_bandwidth="20GB/s"), {},
+     "oversubscribe"),
+    # rotated channels cross the same NVSwitch ports at different times
+    (lambda: cluster(2, 4), {"channels": 2, "reduce_compute": False}, "shares every resource"),
+])
+def test_ring_recurrence_declines_when_rates_depend_on_the_active_flows(graph, opts, why):
+    g = graph()
+    ring_opts = default_options(g, "ring", 8, {k: v for k, v in opts.items()
+                                               if k != "reduce_compute"})
+    result = ring_time(g, placement(g, 8), "allreduce", 8 << 20,
+                       channels=ring_opts["channels"], local_ranks=ring_opts["local_ranks"],
+                       reduce_compute=opts.get("reduce_compute", True))
+    assert not result.applicable and result.method == "ring-recurrence"
+    assert why in result.reason and "ring-symmetric: " in result.reason
+    fast, _ = fast_collective(g, "allreduce", "ring", 8 << 20, 8, placement(g, 8),
+                              reduce_compute=opts.get("reduce_compute", True), options=ring_opts)
+    assert fast.method != "ring-recurrence"                # the schedule-based analyses ran
+    event, auto = both(g, "ring", 8 << 20, 8, **opts)
+    assert_parity(event, auto, must_apply=False)
+
+
+def test_ring_recurrence_extras_equal_step_synchronous():
+    """Links, bytes and reduction totals as the step-synchronous analysis of the schedule."""
+    from simulator.engine.fast import _step_synchronous
+
+    g = cluster(16, 8, ps_hosts=1)
+    p, size = 128, 25 << 20
+    nodes = placement(g, p)
+    opts = default_options(g, "ring", p, {})
+    ring, schedule = fast_collective(g, "allreduce", "ring", size, p, nodes, options=opts)
+    assert ring.method == "ring-recurrence" and schedule is None
+    full = _step_synchronous(make_schedule("ring", "allreduce", p, size, **opts), g,
+                             tuple(nodes), True)
+    assert math.isclose(ring.time_s, full.time_s, rel_tol=1e-12)
+    assert ring.bytes_sent == full.bytes_sent and ring.steps == full.steps == 2 * (p - 1)
+    assert dict(ring.reduce_s) == pytest.approx(dict(full.reduce_s), rel=1e-12)
+    assert sorted(ring.links) == sorted(full.links)
+
+
+def test_ring_recurrence_16384_ranks():
+    """2,048 machines x 8 GPUs: no schedule (it would be 537 M transfers), a second or two.
+    Bounds: the NIC must carry 2(p-1)/p of the message; no step can take longer than the
+    slowest hop plus a reduction."""
+    g = cluster(2048, 8)
+    p, size = 16384, 256 << 20
+    result = ring_time(g, placement(g, p), "allreduce", size, local_ranks=8)
+    assert result.applicable and result.method == "ring-recurrence"
+    nic_Bps, chunk = 25e9, size // p
+    assert result.time_s >= 2 * (p - 1) / p * size / nic_Bps
+    inter_s = chunk / nic_Bps + 3.7e-6           # GPU-PCIe-bridge-PCIe-NIC-switch-NIC-PCIe-GPU
+    reduce_Bps = g.nodes["n0.gpu0"]["reduce_bytes_per_s"]
+    assert result.time_s <= (2 * (p - 1) * inter_s + (p - 1) * chunk / reduce_Bps) * (1 + 1e-9)
+    assert result.bytes_sent == 2 * (p - 1) * chunk * p

@@ -76,6 +76,39 @@ One wave solve replaces ``2p(p-1)`` transfers; with the star's hub routing (belo
 16,384-rank ring takes milliseconds. ``tests/test_fast.py`` checks it against the event engine
 and the step-synchronous analysis.
 
+Ring recurrence (:func:`ring_time`, when ranks complete a step at different instants)
+-------------------------------------------------------------------------------------
+On a cluster of NVSwitch machines with one NIC each, a ring's intra-machine hops are fast and
+its inter-machine hops slow, so ranks finish a step at different instants and the symmetric ring
+declines. The ring is still simple: with equal chunks its ``p·C`` FIFO connections are the same
+every step, and the transfer of step ``k`` on connection ``i`` (rank ``s`` to its successor,
+channel ``c``) waits for exactly two things, as the schedule's data-flow dependencies say
+(:mod:`simulator.schedules.deps`): the drain of step ``k-1`` on connection ``i`` (FIFO), and the
+completion of the step-``k-1`` transfer into ``s`` on channel ``c``, which delivered (and
+reduced) the chunk ``s`` now forwards. The all-gather's overwrites also wait for earlier reads
+and reductions of their chunk, but those transfers lie on the chain of completions the first
+all-gather step already waited for, so they never bind. Hence, per connection,
+
+* start = max(drain of its previous transfer, completion of the previous step into the sender);
+* drain = start + chunk / rate; delivery = drain + latency;
+* completion = delivery, or in reduce-scatter steps max(delivery, the receiver's compute queue
+  free) + chunk / ``reduce_bytes_per_s`` (FIFO, one reduction per device and step, checked;
+  deliveries into one device come in step order, so the queue frees at the previous one).
+
+This is the engine's own recurrence, exact when each flow's rate does not depend on which other
+flows are active. Checked sufficient condition: every flow has an *exclusive* resource (crossed
+by no other ring connection), ``u_f`` is the smallest capacity among them, and every shared
+resource has capacity ``>= sum(u_f)`` over the flows crossing it. Then, whatever subset is
+active, each flow is bottlenecked on its own resource and no shared one saturates, so its
+max-min rate is ``u_f``. Channels that follow the same rank order run in lockstep and count as
+one flow of weight ``w`` (each gets ``1/w`` of its bundle's exclusive bottleneck). The
+``2(p-1)`` steps are evaluated on ``O(p·C)`` arrays, never the schedule: about 0.1 s at 1,024
+ranks and 1 s at 16,384 (plus routing), where the step-synchronous analysis needs seconds per
+bucket at 1,024 and declines beyond 40 M transfers. It declines (and the schedule-based analyses
+are tried) when a connection has no exclusive resource or a shared one would saturate (e.g.
+several channels over one NIC or NVSwitch port, a capped host bridge), or when a device reduces
+several chunks per step.
+
 Routing: on a *hub* topology (every placed node has exactly one out-link and one in-link, both
 to the same transit node, as on ``star``), the path ``s -> hub -> d`` is the only shortest path,
 so it is built directly; elsewhere the :class:`~simulator.topology.routing.Router` is used.
@@ -121,8 +154,8 @@ class FastResult:
     reason : str
         Why it does not apply (empty when it does).
     method : str
-        ``"ring-symmetric"``, ``"aligned-steps"`` or ``"step-synchronous"`` (or the one that
-        was tried last).
+        ``"ring-symmetric"``, ``"ring-recurrence"``, ``"aligned-steps"``,
+        ``"step-synchronous"`` or ``"tree-pipeline"`` (or the one that was tried last).
     steps : int
         Algorithm steps evaluated.
     solves : int
@@ -854,88 +887,263 @@ def _aligned(schedule, graph, placement, reduce_compute) -> FastResult:
                       reduce_s=_reduce_totals(nodes[:ranks], dst, dur))
 
 
-# -- symmetric ring ------------------------------------------------------------------------------
+# -- symmetric ring and ring recurrence ----------------------------------------------------------
 RING_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+
+
+class _Asymmetric(NotApplicable):
+    """Ranks complete a ring step at different instants: the symmetric ring does not apply (the
+    ring recurrence may)."""
+
+
+@dataclass
+class _RingPlan:
+    """The ``p·C`` connections of a ring (``slices=1``), routed; never the schedule.
+
+    Connection ``c·p + j`` is channel ``c``'s hop from position ``j`` of its order to position
+    ``j+1``; it carries one chunk of ``chunk_bytes`` per step, every step.
+    """
+
+    p: int
+    chunk_bytes: int
+    orders: list              # one rank order per channel
+    src: np.ndarray           # sending rank of every connection
+    dst: np.ndarray           # receiving rank of every connection
+    nodes: list               # placement
+    paths: _Paths
+    ptr: np.ndarray           # CSR of each connection's resource ids
+    res: np.ndarray
+    latency_s: np.ndarray
+    capacity: np.ndarray
+    rs_steps: int             # reduce-scatter steps (reducing), then all-gather steps
+    ag_steps: int
+    reduce_s: np.ndarray      # reduction time of one chunk on each connection's receiver
+
+    @property
+    def steps(self) -> int:
+        return self.rs_steps + self.ag_steps
+
+    def result(self, time_s: float, method: str, solves: int) -> FastResult:
+        """The FastResult of this ring taking ``time_s``, with its link and compute totals."""
+        per_conn_bytes = self.steps * float(self.chunk_bytes)
+        res_bytes = np.bincount(self.res, minlength=len(self.capacity)) * per_conn_bytes
+        return FastResult(float(time_s), True, "", method, steps=self.steps, solves=solves,
+                          links=self.paths.table(res_bytes),
+                          bytes_sent=per_conn_bytes * len(self.src),
+                          reduce_s=_reduce_totals(self.nodes, self.dst,
+                                                  self.rs_steps * self.reduce_s))
 
 
 def ring_time(graph: nx.DiGraph, placement, collective: str, size_bytes: int, *,
               channels: int = 1, local_ranks: int | None = None,
               reduce_compute: bool = True) -> FastResult:
-    """Time of the ring ``collective`` (``slices=1``) from one wave of its ``p·C`` connections.
+    """Time of the ring ``collective`` (``slices=1``) without building its schedule.
 
-    Applies when every chunk has the same size and every rank completes each step at the same
-    instant (see the module docstring); the schedule is never built.
+    First the symmetric ring (one wave of the ``p·C`` connections, when every rank completes
+    each step at the same instant); when ranks complete steps at different instants, the ring
+    recurrence (per-connection start/drain/completion times, step by step). Both need chunks of
+    one size; see the module docstring for what each checks. ``method`` says which ran.
     """
     try:
-        return _ring(graph, tuple(placement), collective, int(size_bytes), int(channels),
-                     local_ranks, reduce_compute)
+        plan = _ring_plan(graph, tuple(placement), collective, int(size_bytes), int(channels),
+                          local_ranks, reduce_compute)
+        if isinstance(plan, FastResult):
+            return plan
+        return _ring(plan)
+    except _Asymmetric as exc:
+        try:
+            return _ring_recurrence(plan)
+        except NotApplicable as why:
+            return FastResult(math.nan, False, f"{why} (and ring-symmetric: {exc})",
+                              "ring-recurrence")
     except NotApplicable as exc:
         return FastResult(math.nan, False, str(exc), "ring-symmetric")
 
 
-def _ring(graph, placement, collective, size_bytes, channels, local_ranks, reduce_compute):
+def _ring_plan(graph, placement, collective, size_bytes, channels, local_ranks,
+               reduce_compute):
+    """The routed connections of the ring (a :class:`_RingPlan`), or the FastResult of a
+    one-rank ring; NotApplicable when chunks differ in size or ring neighbours share a
+    device."""
     from ..schedules.ring import ring_order
 
-    method = "ring-symmetric"
     if collective not in RING_COLLECTIVES:
-        raise NotApplicable(f"the symmetric ring covers {', '.join(RING_COLLECTIVES)}")
+        raise NotApplicable(f"the ring shortcuts cover {', '.join(RING_COLLECTIVES)}")
     p = len(placement)
     if p == 1:
-        return FastResult(0.0, True, "", method)
+        return FastResult(0.0, True, "", "ring-symmetric")
     parts = split_bytes(size_bytes, channels)
     chunk = int(parts[0]) // p
     if np.any(parts != chunk * p):
         raise NotApplicable(f"chunks differ in size ({size_bytes} bytes is not a multiple of "
                             f"{channels} channel(s) x {p} ranks)")
-    src, dst = [], []
-    for c in range(channels):
-        order = ring_order(p, c, local_ranks)
-        src.append(order)
-        dst.append(np.roll(order, -1))
-    src, dst = np.concatenate(src), np.concatenate(dst)
+    orders = [ring_order(p, c, local_ranks) for c in range(channels)]
+    src = np.concatenate(orders)
+    dst = np.concatenate([np.roll(order, -1) for order in orders])
     nodes = list(placement)
     paths = _Paths(graph)
     ptr, res, lat = paths.route([nodes[s] for s in src.tolist()],
                                 [nodes[d] for d in dst.tolist()])
     if np.any(np.diff(ptr) == 0):
         raise NotApplicable("two ring neighbours share a device")
-    capacity = paths.caps()
-    solves = 0
-    if chunk > 0:
-        drain, solves = _wave(np.full(len(src), float(chunk)), ptr, res,
-                              np.arange(len(src)), capacity, 0.0)
-    else:
-        drain = np.zeros(len(src))
-    delivered = drain + lat
     rs_steps = p - 1 if collective in ("allreduce", "reduce_scatter") else 0
     ag_steps = p - 1 if collective in ("allreduce", "allgather") else 0
-    t_rs = t_ag = 0.0
     dur = np.zeros(len(dst))
-    if rs_steps:
+    if rs_steps and reduce_compute:
         rate = np.array([float(graph.nodes[nodes[d]].get("reduce_bytes_per_s", math.inf))
-                         if reduce_compute else math.inf for d in dst.tolist()])
+                         for d in dst.tolist()])
         dur = chunk / rate
-        if np.any((dur > 0) & (np.bincount(dst, minlength=p)[dst] > 1)):
+    return _RingPlan(p=p, chunk_bytes=chunk, orders=orders, src=src, dst=dst, nodes=nodes,
+                     paths=paths, ptr=ptr, res=res, latency_s=lat, capacity=paths.caps(),
+                     rs_steps=rs_steps, ag_steps=ag_steps, reduce_s=dur)
+
+
+def _ring(plan: _RingPlan) -> FastResult:
+    """Symmetric ring: one wave of the ``p·C`` connections gives every step (module
+    docstring); raises :class:`_Asymmetric` when ranks complete a step at different times."""
+    method = "ring-symmetric"
+    solves = 0
+    if plan.chunk_bytes > 0:
+        drain, solves = _wave(np.full(len(plan.src), float(plan.chunk_bytes)), plan.ptr,
+                              plan.res, np.arange(len(plan.src)), plan.capacity, 0.0)
+    else:
+        drain = np.zeros(len(plan.src))
+    delivered = drain + plan.latency_s
+    t_rs = t_ag = 0.0
+    if plan.rs_steps:
+        dur = plan.reduce_s
+        if np.any((dur > 0) & (np.bincount(plan.dst, minlength=plan.p)[plan.dst] > 1)):
             raise NotApplicable("a rank reduces several channels' chunks per step (its "
                                 "compute queue orders them)")
         t_rs = _same_instant(delivered + dur)
-    if ag_steps:
+    if plan.ag_steps:
         t_ag = _same_instant(delivered)
-    time_s = rs_steps * t_rs + ag_steps * t_ag
-    per_conn = (rs_steps + ag_steps) * float(chunk)
-    res_bytes = np.bincount(res, minlength=len(capacity)) * per_conn
-    return FastResult(float(time_s), True, "", method, steps=rs_steps + ag_steps,
-                      solves=solves, links=paths.table(res_bytes),
-                      bytes_sent=per_conn * len(src),
-                      reduce_s=_reduce_totals(nodes, dst, rs_steps * dur))
+    return plan.result(plan.rs_steps * t_rs + plan.ag_steps * t_ag, method, solves)
 
 
 def _same_instant(done: np.ndarray) -> float:
     hi = float(done.max())
     if hi - float(done.min()) > _SAME * hi:
-        raise NotApplicable("ranks complete a ring step at different times (asymmetric "
-                            "links): later steps do not start together")
+        raise _Asymmetric("ranks complete a ring step at different times (asymmetric "
+                          "links): later steps do not start together")
     return hi
+
+
+def _ring_recurrence(plan: _RingPlan) -> FastResult:
+    """Ring recurrence: every connection's times, step by step, as the engine computes them.
+
+    Applies (checked) when every connection's rate is fixed whatever else is active (see
+    :func:`_fixed_rates`) and no device reduces more than one chunk per step. Channels with
+    the same rank order are evaluated once (their connections run in lockstep). ``O(p·C)``
+    state, ``2(p-1)`` vectorised steps.
+    """
+    method = "ring-recurrence"
+    p, chunk_bytes = plan.p, plan.chunk_bytes
+    # channels with the same order run in lockstep: one row each, weighted by its multiplicity
+    first: dict[bytes, int] = {}
+    weight: list[int] = []
+    rows: list[int] = []                    # the first channel of every distinct order
+    for c, order in enumerate(plan.orders):
+        key = order.tobytes()
+        if key in first:
+            weight[first[key]] += 1
+        else:
+            first[key] = len(rows)
+            rows.append(c)
+            weight.append(1)
+    reducing = plan.reduce_s > 0
+    if reducing.any():
+        device_names = sorted(set(plan.nodes))
+        device_of = {d: i for i, d in enumerate(device_names)}
+        receiver = np.array([device_of[plan.nodes[d]] for d in plan.dst[reducing].tolist()])
+        if np.any(np.bincount(receiver) > 1):
+            raise NotApplicable("a device reduces several chunks per step (channels, or ranks "
+                                "sharing it): the order its compute queue serves them in "
+                                "decides when they complete")
+    conn = (np.asarray(rows)[:, None] * p + np.arange(p)[None, :]).ravel()
+    r_ptr, r_res = _gather_csr(plan.ptr, plan.res, conn)
+    rate = _fixed_rates(r_ptr, r_res, np.repeat(np.asarray(weight, dtype=np.float64), p),
+                        plan, conn)
+    shape = (len(rows), p)
+    xfer_s = (chunk_bytes / rate).reshape(shape)
+    latency_s = plan.latency_s[conn].reshape(shape)
+    reduce_s = plan.reduce_s[conn].reshape(shape)
+    drain = np.zeros(shape)      # drain of the connection's previous transfer (FIFO)
+    done = np.zeros(shape)       # completion of the connection's previous transfer
+    start = np.empty(shape)
+    time_s = 0.0
+    if plan.rs_steps:
+        _ring_steps(drain, done, start, xfer_s, latency_s,
+                    reduce_s if np.any(reduce_s > 0) else None, plan.rs_steps)
+        time_s = float(done.max())
+    if plan.ag_steps:
+        _ring_steps(drain, done, start, xfer_s, latency_s, None, plan.ag_steps)
+        time_s = max(time_s, float(done.max()))
+    return plan.result(time_s, method, 0)
+
+
+def _ring_steps(drain, done, start, xfer_s, latency_s, reduce_s, steps: int) -> None:
+    """Advance ``steps`` ring steps in place. Row ``r``, column ``j``: the connection from
+    position ``j`` of an order to position ``j+1``; the chunk position ``j`` forwards arrived
+    over connection ``j-1`` in the previous step.
+
+    start = max(drain of the previous transfer on the connection, completion of the previous
+    step's transfer into the sender); drain = start + chunk / rate; delivery = drain + latency;
+    completion = delivery, or for reductions max(delivery, the receiver's queue free) + reduction
+    (each receiver's queue holds only its connection's reductions, so it frees at the
+    connection's previous completion).
+    """
+    maximum, add = np.maximum, np.add
+    head_drain, tail_done, head_start = drain[:, :1], done[:, -1:], start[:, :1]
+    rest_drain, prev_done, rest_start = drain[:, 1:], done[:, :-1], start[:, 1:]
+    for _ in range(steps):
+        maximum(rest_drain, prev_done, out=rest_start)
+        maximum(head_drain, tail_done, out=head_start)
+        add(start, xfer_s, out=drain)
+        if reduce_s is None:
+            add(drain, latency_s, out=done)
+        else:
+            add(drain, latency_s, out=start)           # delivery
+            maximum(start, done, out=done)             # queue free = previous completion
+            add(done, reduce_s, out=done)
+
+
+def _fixed_rates(ptr, res, weight, plan: _RingPlan, conn: np.ndarray) -> np.ndarray:
+    """Rate of every ring flow when it provably does not depend on which others are active.
+
+    Flow ``f`` stands for ``weight[f]`` identical connections that always run together. A
+    resource crossed by one flow only is *exclusive* to it; ``u_f`` = the smallest capacity of
+    its exclusive resources / ``weight[f]``. If every flow has an exclusive resource and every
+    shared resource has ``capacity >= sum(weight·u)`` over the flows crossing it, then for any
+    set of active flows the max-min fair rate of each is ``u_f``: its exclusive bottleneck is
+    saturated by it alone, and no shared resource can saturate. Otherwise NotApplicable.
+    ``conn[f]``: the connection of ``plan`` flow ``f`` stands for (for messages).
+    """
+    capacity = plan.capacity
+    n = len(ptr) - 1
+    inc_flow = np.repeat(np.arange(n), np.diff(ptr))
+    users = np.bincount(res, minlength=len(capacity))
+    exclusive = users[res] == 1
+    rate = np.full(n, np.inf)
+    np.minimum.at(rate, inc_flow[exclusive], capacity[res[exclusive]])
+    rate /= weight
+    lacking = np.flatnonzero(~np.isfinite(rate))
+    if len(lacking):
+        k = int(conn[lacking[0]])
+        raise NotApplicable(
+            f"ring connection {plan.src[k]}->{plan.dst[k]} (channel {k // plan.p}) shares "
+            f"every resource on its path with other ring connections: its rate depends on "
+            f"which of them are active")
+    load = np.bincount(res, weights=(weight * rate)[inc_flow], minlength=len(capacity))
+    over = np.flatnonzero((users > 1) & (load > capacity * (1 + _SAME)))
+    if len(over):
+        r = int(over[np.argmax(load[over] / capacity[over])])
+        sharing = int(np.bincount(res, weights=weight[inc_flow], minlength=len(capacity))[r])
+        raise NotApplicable(
+            f"{sharing} ring connections share {plan.paths.keys[r]} ({capacity[r]:.6g} B/s), "
+            f"which their own bottlenecks would oversubscribe ({load[r]:.6g} B/s): their "
+            f"rates depend on which of them are active")
+    return rate
 
 
 # -- collective entry point ----------------------------------------------------------------------
@@ -957,8 +1165,9 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
                     gpus: int, placement, *, slices: int = 1, reduce_compute: bool = True,
                     options: dict | None = None, schedule: Schedule | None = None):
     """Fast time of one collective over ``gpus`` worker ranks placed on ``placement`` (workers,
-    then dedicated servers): the symmetric ring when it applies, else the step-synchronous
-    analysis of the schedule (built here with ``make_schedule`` unless given).
+    then dedicated servers): the symmetric ring or the ring recurrence when one applies (ring,
+    ``slices=1``; the schedule is not built), else the step-synchronous analysis of the
+    schedule (built here with ``make_schedule`` unless given).
 
     Returns ``(FastResult, schedule)``; ``schedule`` is None when it was never built.
     """
@@ -994,7 +1203,7 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
             raise SimulationError(
                 f"{algorithm} {collective} on {gpus} ranks has about {estimate:,} transfers, "
                 f"too many to build (limit {MAX_TRANSFERS:,}); "
-                + (f"the symmetric ring does not apply ({reasons[0]})" if reasons else
+                + (f"the ring shortcuts do not apply ({reasons[0]})" if reasons else
                    "use fewer ranks"))
         schedule = make_schedule(algorithm, collective, gpus, size_bytes, slices=slices,
                                  **options)
