@@ -1,7 +1,9 @@
 """The fast path (simulator.engine.fast) against the event engine and the closed forms.
 
-Parity is asserted where the fast path applies, and for the cases where it cannot prove itself
-exact that ``engine="auto"`` runs the event engine instead (and gets its answer).
+Parity is asserted where the fast path applies. Where no step-level shortcut can prove itself
+exact (pipelined slices, steps that overlap on shared links), ``engine="auto"`` runs the
+compiled event simulation (simulator.engine.compiled, with numba) and gets the event engine's
+answer; without numba it runs the event engine itself.
 """
 
 import json
@@ -23,6 +25,7 @@ from simulator.engine.fast import (
     ring_time,
 )
 from simulator.engine.network import max_min_rates
+from simulator.engine.tree_pipeline import numba_available
 from simulator.errors import ConfigError, SimulationError
 from simulator.schedules import make_schedule
 from simulator.schedules.deps import dependencies, epochs
@@ -31,6 +34,7 @@ from simulator.topology import load_topology
 BW = 12.5e9
 LAT = 1e-6
 SIZES = [1 << 10, 1 << 20, 256 << 20]
+HAVE_NUMBA = numba_available()
 
 
 def star(hosts, **extra):
@@ -59,6 +63,27 @@ def assert_parity(event, auto, must_apply=True):
         assert auto["time_s"] == event["time_s"]
 
 
+def assert_compiled(event, graph, algorithm, size, gpus, collective="allreduce", **opts):
+    """No step-level shortcut applies: auto runs the compiled event simulation (the event
+    engine's answer, to floating-point identity) where numba is installed, else the engine."""
+    run = run_collective(graph, collective, algorithm, size, gpus=gpus, engine="auto", **opts)
+    if not HAVE_NUMBA:
+        assert run.row["engine"] == "event" and run.row["time_s"] == event["time_s"]
+        return
+    assert run.row["engine"] == "fast" and run.fast.method == "compiled-events"
+    assert math.isclose(run.row["time_s"], event["time_s"], rel_tol=1e-12)
+    assert run.row["bottleneck_link"] == event["bottleneck_link"]
+    assert math.isclose(run.row["bottleneck_utilisation"], event["bottleneck_utilisation"],
+                        rel_tol=1e-9)
+
+
+def assert_steps_decline(graph, algorithm, size, gpus, why, **opts):
+    """The step-level analyses (aligned steps, then step-synchronous) cannot prove this case."""
+    sched = make_schedule(algorithm, "allreduce", gpus, size, **opts)
+    result = fast_time(sched, graph, placement(graph, gpus))
+    assert not result.applicable and why in result.reason
+
+
 # -- parity on star ---------------------------------------------------------------------------
 @pytest.mark.parametrize("p", [2, 3, 5, 8, 16, 64])
 @pytest.mark.parametrize("size", SIZES)
@@ -70,11 +95,13 @@ def test_parity_on_star(algorithm, p, size):
     else:
         event, auto = both(star(p), algorithm, size, p)
     # direct with chunks of unequal size: a rank's short flows end first and its next step
-    # starts while its long ones still share its links; the fast path must decline that
+    # starts while its long ones still share its links; the step analyses must decline that
     uneven_direct = algorithm == "direct" and size % p != 0 and p > 2
-    assert_parity(event, auto, must_apply=not uneven_direct)
     if uneven_direct:
-        assert auto["engine"] == "event"
+        assert_steps_decline(star(p), "direct", size, p, "overlap")
+        assert_compiled(event, star(p), "direct", size, p)
+    else:
+        assert_parity(event, auto)
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "halving_doubling", "binomial_tree", "direct",
@@ -139,12 +166,13 @@ def test_parity_hierarchical_on_two_dgx():
     assert_parity(event, auto)
 
 
-# -- where the fast path declines, auto runs the event engine ----------------------------------
+# -- where the step analyses decline, auto runs the compiled event simulation ---------------
 @pytest.mark.parametrize("algorithm,slices", [("ring", 4), ("halving_doubling", 2),
                                               ("binomial_tree", 3)])
-def test_auto_uses_event_for_pipelined_slices(algorithm, slices):
-    event, auto = both(star(8), algorithm, 16 << 20, 8, slices=slices)
-    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+def test_pipelined_slices_go_to_the_compiled_event_simulation(algorithm, slices):
+    event, _auto = both(star(8), algorithm, 16 << 20, 8, slices=slices)
+    assert_steps_decline(star(8), algorithm, 16 << 20, 8, "FIFO connection", slices=slices)
+    assert_compiled(event, star(8), algorithm, 16 << 20, 8, slices=slices)
 
 
 def test_pipelined_double_binary_tree_goes_to_the_compiled_tree_path():
@@ -158,15 +186,14 @@ def test_pipelined_double_binary_tree_goes_to_the_compiled_tree_path():
     assert fast.fast.method == "tree-pipeline"
 
 
-def test_auto_uses_event_for_contended_halving_doubling_on_fat_tree():
+def test_contended_halving_doubling_on_fat_tree_goes_to_the_compiled_event_simulation():
     """16 hosts on 4 leaves, ECMP over 2 spines: some steps put 3 flows on one uplink, those
-    flows end late and the next step starts unevenly on shared links; not provable."""
+    flows end late and the next step starts unevenly on shared links; the step analyses cannot
+    prove that, the compiled event simulation times it."""
     g = load_topology("fat_tree", FAT_TREE)
-    event, auto = both(g, "halving_doubling", 64 << 20, 16)
-    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
-    result, _ = fast_collective(g, "allreduce", "halving_doubling", 64 << 20, 16,
-                                placement(g, 16))
-    assert not result.applicable and "overlap" in result.reason
+    event, _auto = both(g, "halving_doubling", 64 << 20, 16)
+    assert_steps_decline(g, "halving_doubling", 64 << 20, 16, "overlap")
+    assert_compiled(event, g, "halving_doubling", 64 << 20, 16)
 
 
 def test_contended_but_even_steps_are_exact():
@@ -181,10 +208,11 @@ def test_contended_but_even_steps_are_exact():
 
 def test_multichannel_ring_with_reductions_declines():
     """Two channels' chunks reduce on one device per step: the queue order decides which
-    channel moves on first, so the fast path declines; with free reductions it applies."""
+    channel moves on first, so the step analyses decline (the compiled event simulation times
+    it); with free reductions they apply."""
     g = star(8, reduce_bandwidth="30GB/s")
-    event, auto = both(g, "ring", 8 << 20, 8, channels=2)
-    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+    event, _auto = both(g, "ring", 8 << 20, 8, channels=2)
+    assert_compiled(event, g, "ring", 8 << 20, 8, channels=2)
     event, auto = both(g, "ring", 8 << 20, 8, channels=2, reduce_compute=False)
     assert_parity(event, auto)
 
@@ -329,7 +357,11 @@ def test_cli_engine_fast_row_says_fast(capsys):
     assert math.isclose(rows[0]["time_s"], want, rel_tol=1e-9)
 
 
-def test_cli_engine_fast_not_applicable_is_a_clean_error(capsys):
+def test_cli_engine_fast_not_applicable_is_a_clean_error(capsys, monkeypatch):
+    """Without numba nothing times a pipelined ring exactly but the event engine."""
+    import simulator.engine.compiled as compiled
+
+    monkeypatch.setattr(compiled, "numba_available", lambda: False)
     code = main(["collective", "--topology", "star", "--param", "hosts=8", "--size", "64MiB",
                  "--slices", "4", "--engine", "fast"])
     assert code == 2
@@ -345,7 +377,8 @@ def test_cli_engine_auto_reports_each_engine(capsys):
     assert main(["collective", "--topology", "star", "--param", "hosts=16", "--size", "16MiB",
                  "--algorithm", "ring", "--slices", "4", "--engine", "auto",
                  "--format", "csv"]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[1].endswith(",event")
+    want = ",fast" if HAVE_NUMBA else ",event"   # the compiled event simulation
+    assert capsys.readouterr().out.strip().splitlines()[1].endswith(want)
 
 
 # -- training with the fast collective engine -------------------------------------------------------
@@ -464,8 +497,8 @@ def test_ring_recurrence_with_lockstep_channels():
         assert_exact(event, fast)
     result = ring_time(g, placement(g, 8), "allreduce", 8 << 20, channels=2, local_ranks=1)
     assert not result.applicable and "several" in result.reason
-    event, auto = both(g, "ring", 8 << 20, 8, channels=2, local_ranks=1)
-    assert auto["engine"] == "event" and auto["time_s"] == event["time_s"]
+    event, _auto = both(g, "ring", 8 << 20, 8, channels=2, local_ranks=1)
+    assert_compiled(event, g, "ring", 8 << 20, 8, channels=2, local_ranks=1)
 
 
 @pytest.mark.parametrize("graph,opts,why", [

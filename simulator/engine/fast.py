@@ -454,6 +454,12 @@ def fast_time(schedule: Schedule, graph: nx.DiGraph, placement,
     aligned = aligned_time(schedule, graph, placement, reduce_compute)
     if aligned.applicable:
         return aligned
+    return _unaligned_time(schedule, graph, placement, reduce_compute, aligned)
+
+
+def _unaligned_time(schedule: Schedule, graph: nx.DiGraph, placement, reduce_compute: bool,
+                    aligned: FastResult) -> FastResult:
+    """The step-synchronous analysis, once the aligned-steps one declined (``aligned``)."""
     accesses = 2 * int(schedule.nchunks.sum())
     if accesses > MAX_ACCESSES:
         return FastResult(math.nan, False, f"{aligned.method}: {aligned.reason}; "
@@ -1211,7 +1217,20 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
         result = FastResult(math.nan, False, f"pipelined (slices={slices}): successive steps "
                             f"overlap on the same links", "step-synchronous")
     else:
-        result = fast_time(schedule, graph, placement, reduce_compute)
+        result = aligned_time(schedule, graph, placement, reduce_compute)
+    if result.applicable:
+        return result, schedule
+    # Steps not in lockstep: the event engine's own algorithm, compiled (it costs about what
+    # the step-synchronous analysis costs, and never declines); without numba that analysis.
+    from .compiled import compiled_time
+
+    compiled = compiled_time(schedule, graph, placement, reduce_compute)
+    if compiled.applicable:
+        return compiled, schedule
+    if slices == 1:
+        result = _unaligned_time(schedule, graph, tuple(placement), reduce_compute, result)
+    if not result.applicable:
+        reasons.append(f"{compiled.method}: {compiled.reason}")
     if not result.applicable and reasons:
         result = dataclasses.replace(result, reason="; ".join(reasons + [result.reason]))
     return result, schedule

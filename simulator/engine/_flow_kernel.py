@@ -1,0 +1,642 @@
+"""Compiled twin of the event engine's flow network (numba), shared by the compiled kernels.
+
+Read :mod:`.runner` and :mod:`.network` first: the functions here are the compiled twins of
+``FlowNetwork.start``, ``_match``, ``_component``, ``_solve``, ``_arm`` and ``_wake`` and of the
+runner's delivery batching, with the same event order. They are driven by two main loops that
+differ only in how they know a transfer is ready and what a completion releases:
+:mod:`._tree_kernel` (tree pipelines, readiness from counters, no transfer list) and
+:mod:`._schedule_kernel` (any schedule, readiness from its dependency graph).
+
+Flows are indexed by FIFO connection: a connection has at most one flow on the wire.
+
+State is passed as tuples of arrays so that both main loops share these functions:
+
+* ``net``: ``(path_of, res_ptr, res_idx, caps, user_ptr, user_idx, latency)``: the path of
+  every connection (CSR of resource ids per path), capacities, the static users of every
+  resource (connections whose path crosses it, CSR) and path latencies;
+* ``fl``: per-flow arrays (:func:`flow_state`); ``rs``: per-resource arrays
+  (:func:`resource_state`); ``inst``: what happened at the current instant (departures per path,
+  arrivals, dirty resources) and scratch space (:func:`instant_state`);
+* ``ic``/``fc``: integer and float scalars in one array each (indices ``_N_*`` and ``_T_*``).
+
+Event heap entries are ``(time, eid, member, kind, code)``: ``eid`` is the creation counter that
+orders SimPy's events of one instant; ``member`` orders the transfers of one delivery batch (the
+engine delivers a batch in one callback, in drain order); ``code`` names the transfer. Flow heap
+entries are ``(finish, flow id, version, connection)``; stale versions are skipped.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from numba import njit, types
+from numba.typed import Dict
+
+WAKE, DELIVER, COMPUTE, ZERO = 0, 1, 2, 3
+_EPS = 1e-12   # the engine's drain tolerance (network._EPS)
+BATCH = types.UniTuple(types.int64, 2)   # delivery batch: (event id, members so far)
+
+# integer scalars (``ic``)
+_N_DEP, _N_ARRIVED, _N_DIRTY, _EID, _WAKE_GEN, _NEXT_FID, _SOLVES, _BATCH_EID, _BATCH_SIZE, \
+    _ONE_LATENCY, _LOCAL_LIMIT = range(11)
+# float scalars (``fc``)
+_T_WAKE, _T_BATCH = 0, 1
+
+
+@njit(cache=True)
+def static_users(path_of, res_ptr, res_idx, n_res):
+    """CSR ``(user_ptr, user_idx)`` of the connections whose path crosses each resource."""
+    n_conn = path_of.shape[0]
+    user_cnt = np.zeros(n_res + 1, dtype=np.int64)
+    for c in range(n_conn):
+        pid = path_of[c]
+        for k in range(res_ptr[pid], res_ptr[pid + 1]):
+            user_cnt[res_idx[k] + 1] += 1
+    user_ptr = np.cumsum(user_cnt)
+    user_idx = np.zeros(user_ptr[n_res], dtype=np.int64)
+    fill = user_ptr[:-1].copy()
+    for c in range(n_conn):
+        pid = path_of[c]
+        for k in range(res_ptr[pid], res_ptr[pid + 1]):
+            r = res_idx[k]
+            user_idx[fill[r]] = c
+            fill[r] += 1
+    return user_ptr, user_idx
+
+
+@njit(cache=True)
+def flow_state(n_conn):
+    """``(active, rate, remaining, tlast, finish, version, fid, size, seen, fail, shared,
+    bneck, new_rate)`` per connection's flow (``bneck``: a bottleneck resource of each active
+    flow, kept valid by every solve)."""
+    return (np.zeros(n_conn, dtype=np.bool_), np.zeros(n_conn), np.zeros(n_conn),
+            np.zeros(n_conn), np.full(n_conn, np.inf), np.zeros(n_conn, dtype=np.int64),
+            np.zeros(n_conn, dtype=np.int64), np.zeros(n_conn),
+            np.zeros(n_conn, dtype=np.bool_), np.zeros(n_conn, dtype=np.bool_),
+            np.zeros(n_conn, dtype=np.bool_), np.zeros(n_conn, dtype=np.int64),
+            np.zeros(n_conn))
+
+
+@njit(cache=True)
+def resource_state(n_res):
+    """``(n_on, carried, seen, dirty, open, load, top, left, cnt)`` per resource."""
+    return (np.zeros(n_res, dtype=np.int64), np.zeros(n_res), np.zeros(n_res, dtype=np.bool_),
+            np.zeros(n_res, dtype=np.bool_), np.zeros(n_res, dtype=np.bool_), np.zeros(n_res),
+            np.zeros(n_res), np.zeros(n_res), np.zeros(n_res, dtype=np.int64))
+
+
+@njit(cache=True)
+def instant_state(n_conn, n_res, n_paths):
+    """``(dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, done, stack,
+    comp_res, comp_flows, work)``: departures per path at this instant (count, rate and
+    bottleneck: flows on one path share a rate), the lists of the instant and scratch space,
+    each preallocated to its bound."""
+    return (np.zeros(n_paths, dtype=np.int64), np.zeros(n_paths),
+            np.zeros(n_paths, dtype=np.int64), np.zeros(n_paths, dtype=np.bool_),
+            np.empty(n_paths, dtype=np.int64), np.empty(n_conn, dtype=np.int64),
+            np.empty(n_res, dtype=np.int64), np.empty(n_conn, dtype=np.int64),
+            np.empty(n_res, dtype=np.int64), np.empty(n_res, dtype=np.int64),
+            np.empty(n_conn, dtype=np.int64),
+            np.empty((4, max(n_conn, n_res)), dtype=np.int64))
+
+
+@njit(cache=True)
+def scalars(path_of, latency, n_conn):
+    """``(ic, fc, events, flows, batches)`` for a new run."""
+    ic = np.zeros(11, dtype=np.int64)
+    fc = np.array([np.inf, -np.inf])
+    # one path latency for every connection: delivery instants are then created in time
+    # order, so a delivery joins the last batch or opens a new one (no lookup table needed)
+    ic[_ONE_LATENCY] = 1
+    for c in range(n_conn):
+        if latency[path_of[c]] != latency[path_of[0]]:
+            ic[_ONE_LATENCY] = 0
+    ic[_LOCAL_LIMIT] = max(64, n_conn // 8)
+    events = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
+    events.pop()
+    flows = [(0.0, np.int64(0), np.int64(0), np.int64(0))]
+    flows.pop()
+    batches = Dict.empty(key_type=types.float64, value_type=BATCH)
+    return ic, fc, events, flows, batches
+
+
+@njit(cache=True)
+def _tally(r, user_ptr, user_idx, f_active, f_rate, f_seen, cand, r_load, r_top):
+    """Load and fastest rate of resource ``r`` into ``r_load[r]`` and ``r_top[r]``, with the
+    candidate rates ``cand`` for the flows being re-solved (marked in ``f_seen``)."""
+    total = 0.0
+    top = 0.0
+    for k in range(user_ptr[r], user_ptr[r + 1]):
+        u = user_idx[k]
+        if f_active[u]:
+            rate = cand[u] if f_seen[u] else f_rate[u]
+            total += rate
+            if rate > top:
+                top = rate
+    r_load[r] = total
+    r_top[r] = top
+
+
+@njit(cache=True)
+def _bottleneck(c, rate, path_of, res_ptr, res_idx, caps, user_ptr, user_idx, f_active,
+                f_rate, f_seen, cand, r_seen, r_load, r_top):
+    """A bottleneck of flow ``c`` at ``rate``: a resource on its path that is saturated and
+    carries no faster flow (the max-min fairness condition, to 1e-9 relative); -1 if none.
+    The loads of the region's resources (``r_seen``) are already tallied; the others are
+    tallied here."""
+    pid = path_of[c]
+    for k in range(res_ptr[pid], res_ptr[pid + 1]):
+        r = res_idx[k]
+        if not r_seen[r]:
+            _tally(r, user_ptr, user_idx, f_active, f_rate, f_seen, cand, r_load, r_top)
+        if r_load[r] >= caps[r] * (1 - 1e-9) and r_top[r] <= rate * (1 + 1e-9):
+            return r
+    return -1
+
+
+@njit(cache=True)
+def fill(res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res_ptr, res_idx,
+          r_left, r_cnt, f_bneck):
+    """Progressive filling (network.max_min_rates) of the ``member`` flows whose ``rate`` is
+    still negative, on resources ``res`` holding ``r_left`` capacity for ``r_cnt`` of them: the
+    resource with the smallest fair share freezes its flows at that share, repeatedly, and is
+    their bottleneck (``f_bneck``). ``clamp`` reads negative leftovers as 0 (a local
+    re-solve). Returns the flows left."""
+    heap = [(0.0, np.int64(0))]
+    heap.pop()
+    for r in res:
+        if r_cnt[r] > 0:
+            left = max(r_left[r], 0.0) if clamp else r_left[r]
+            heap.append((left / r_cnt[r], np.int64(r)))
+    heapq.heapify(heap)
+    while todo > 0 and len(heap) > 0:
+        share, r = heapq.heappop(heap)
+        cnt = r_cnt[r]
+        if cnt == 0:
+            continue
+        current = (max(r_left[r], 0.0) if clamp else r_left[r]) / cnt
+        if current != share:
+            heapq.heappush(heap, (current, r))
+            continue
+        for k in range(user_ptr[r], user_ptr[r + 1]):
+            c = user_idx[k]
+            if not member[c] or rate[c] >= 0.0:
+                continue
+            rate[c] = share
+            f_bneck[c] = r
+            todo -= 1
+            pid = path_of[c]
+            for j in range(res_ptr[pid], res_ptr[pid + 1]):
+                r2 = res_idx[j]
+                r_left[r2] -= share
+                r_cnt[r2] -= 1
+                if r2 != r and r_cnt[r2] > 0:
+                    heapq.heappush(heap, (max(r_left[r2], 0.0) / r_cnt[r2], np.int64(r2)))
+        r_cnt[r] = 0
+    return todo
+
+
+@njit(cache=True)
+def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, user_idx,
+                 f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, f_seen,
+                 f_fail, f_bneck, r_seen, r_open, r_left, r_cnt, r_load, r_top, cand, flows, limit,
+                 work):
+    """Re-solve the flows around the dirty resources, growing the region until the result is
+    provably the max-min fair allocation; then apply it and return True. Return False (nothing
+    changed) once the region would exceed ``limit`` flows: the caller solves the component.
+
+    A round re-fills the region's flows (``group``: every active flow on an *opened* resource)
+    on the capacity that the flows outside leave them, then checks the max-min condition on
+    every flow that touches a resource of the region. Flows elsewhere kept their resources'
+    loads, so they keep their bottlenecks; so does an outside flow whose recorded bottleneck
+    (``f_bneck``, kept for every active flow) lies outside the region. When every checked flow
+    has one, the allocation is the (unique) max-min fair one. A flow that fails opens the resources of its path: the
+    next round re-solves its neighbourhood too.
+
+    ``work`` is scratch space: rows 0-3 hold the group, the region's resources, the opened
+    resources and the failing flows (each at most ``max(connections, resources)`` long).
+    """
+    group = work[0]
+    res = work[1]
+    opened = work[2]
+    failing = work[3]
+    n_group = 0
+    n_res = 0
+    n_opened = 0
+    n_failing = 0
+    ok = False
+    # the first round opens the dirty resources; later ones the paths of the failing flows
+    for i in range(n_dirty):
+        r = dirty[i]
+        if not r_open[r]:
+            r_open[r] = True
+            opened[n_opened] = r
+            n_opened += 1
+    first_new = 0
+    while True:
+        n_before = n_group
+        for i in range(first_new, n_opened):
+            r = opened[i]
+            for k in range(user_ptr[r], user_ptr[r + 1]):
+                c = user_idx[k]
+                if f_active[c] and not f_seen[c]:
+                    f_seen[c] = True
+                    group[n_group] = c
+                    n_group += 1
+                    pid = path_of[c]
+                    for j in range(res_ptr[pid], res_ptr[pid + 1]):
+                        r2 = res_idx[j]
+                        if not r_seen[r2]:
+                            r_seen[r2] = True
+                            res[n_res] = r2
+                            n_res += 1
+        first_new = n_opened
+        if n_group == n_before or n_group > limit:
+            break
+        # capacity the other flows leave, and progressive filling of the group on it
+        for i in range(n_res):
+            r = res[i]
+            left = caps[r]
+            cnt = 0
+            for k in range(user_ptr[r], user_ptr[r + 1]):
+                u = user_idx[k]
+                if f_active[u]:
+                    if f_seen[u]:
+                        cnt += 1
+                    else:
+                        left -= f_rate[u]
+            r_left[r] = left
+            r_cnt[r] = cnt
+        for i in range(n_group):
+            cand[group[i]] = -1.0
+        todo = fill(res[:n_res], f_seen, cand, n_group, True, user_ptr, user_idx, path_of,
+                     res_ptr, res_idx, r_left, r_cnt, f_bneck)
+        if todo != 0:
+            break
+        # the max-min condition on the group, and on the outside flows that share its
+        # resources (they keep their rates: each still needs a bottleneck)
+        for i in range(n_res):
+            _tally(res[i], user_ptr, user_idx, f_active, f_rate, f_seen, cand, r_load, r_top)
+        n_failing = 0
+        for i in range(n_group):
+            c = group[i]
+            b = -1
+            if cand[c] > 0.0:
+                b = _bottleneck(c, cand[c], path_of, res_ptr, res_idx, caps, user_ptr,
+                                user_idx, f_active, f_rate, f_seen, cand, r_seen, r_load, r_top)
+            if b < 0:
+                failing[n_failing] = c
+                n_failing += 1
+            else:
+                f_bneck[c] = b
+        for i in range(n_res):
+            r = res[i]
+            for k in range(user_ptr[r], user_ptr[r + 1]):
+                u = user_idx[k]
+                if not f_active[u] or f_seen[u] or f_fail[u] or not r_seen[f_bneck[u]]:
+                    continue   # re-solved, failed already, or its bottleneck is untouched
+                b = _bottleneck(u, f_rate[u], path_of, res_ptr, res_idx, caps, user_ptr,
+                                user_idx, f_active, f_rate, f_seen, cand, r_seen, r_load, r_top)
+                if b < 0:
+                    f_fail[u] = True
+                    failing[n_failing] = u
+                    n_failing += 1
+                else:
+                    f_bneck[u] = b
+        if n_failing == 0:
+            ok = True
+            break
+        for i in range(n_failing):
+            c = failing[i]
+            f_fail[c] = False
+            pid = path_of[c]
+            for j in range(res_ptr[pid], res_ptr[pid + 1]):
+                r = res_idx[j]
+                if not r_open[r]:
+                    r_open[r] = True
+                    opened[n_opened] = r
+                    n_opened += 1
+    if ok:
+        # (heap entries order by finish time, then flow id: the push order does not matter)
+        for i in range(n_group):
+            c = group[i]
+            if f_rate[c] > 0.0:
+                f_remaining[c] -= f_rate[c] * (now - f_tlast[c])
+                if f_remaining[c] < 0.0:
+                    f_remaining[c] = 0.0
+            f_tlast[c] = now
+            rate = cand[c]
+            if rate != f_rate[c] or f_finish[c] == np.inf:
+                _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows)
+    for i in range(n_group):
+        f_seen[group[i]] = False
+    for i in range(n_res):
+        r_seen[res[i]] = False
+    for i in range(n_opened):
+        r_open[opened[i]] = False
+    return ok
+
+
+@njit(cache=True)
+def arm(flows, f_version, events, now, ic, fc):
+    """FlowNetwork._arm: one pending wake-up, for the earliest valid completion."""
+    while len(flows) > 0 and flows[0][2] != f_version[flows[0][3]]:
+        heapq.heappop(flows)
+    if len(flows) == 0:
+        fc[_T_WAKE] = np.inf
+        return
+    t = flows[0][0]
+    if t == fc[_T_WAKE]:
+        return
+    ic[_EID] += 1
+    ic[_WAKE_GEN] += 1
+    heapq.heappush(events, (now + max(0.0, t - now), ic[_EID], np.int64(0), np.int64(WAKE),
+                            ic[_WAKE_GEN]))
+    fc[_T_WAKE] = t
+
+
+@njit(cache=True)
+def start_flow(c, size, now, net, fl, rs, inst, ic):
+    """FlowNetwork.start for connection ``c``: a new flow id, and the flow joins the instant's
+    arrivals (its rate comes from the coalesced solve). Returns False for a flow that drains at
+    once (no bytes or no resources): the caller schedules its drain as an event."""
+    path_of, res_ptr = net[0], net[1]
+    res_idx = net[2]
+    f_active, f_rate, f_remaining, f_tlast, f_finish = fl[0], fl[1], fl[2], fl[3], fl[4]
+    f_fid, f_size = fl[6], fl[7]
+    n_on = rs[0]
+    arrived = inst[5]
+    f_fid[c] = ic[_NEXT_FID]
+    ic[_NEXT_FID] += 1
+    pid = path_of[c]
+    if size <= 0 or res_ptr[pid] == res_ptr[pid + 1]:
+        return False
+    f_active[c] = True
+    f_size[c] = size
+    f_remaining[c] = size
+    f_rate[c] = 0.0
+    f_tlast[c] = now
+    f_finish[c] = np.inf
+    for k in range(res_ptr[pid], res_ptr[pid + 1]):
+        n_on[res_idx[k]] += 1
+    arrived[ic[_N_ARRIVED]] = c
+    ic[_N_ARRIVED] += 1
+    return True
+
+
+@njit(cache=True)
+def _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic):
+    for k in range(res_ptr[pid], res_ptr[pid + 1]):
+        r = res_idx[k]
+        if not r_dirty[r]:
+            r_dirty[r] = True
+            dirty[ic[_N_DIRTY]] = r
+            ic[_N_DIRTY] += 1
+
+
+@njit(cache=True)
+def _alone_rate(c, pid, res_ptr, res_idx, caps, n_on, f_bneck):
+    """The rate of a flow alone on every resource of its path (its smallest capacity, which
+    is its bottleneck); 0 when it shares one."""
+    rate = np.inf
+    for k in range(res_ptr[pid], res_ptr[pid + 1]):
+        r = res_idx[k]
+        if n_on[r] != 1:
+            return 0.0
+        if caps[r] < rate:
+            rate = caps[r]
+            f_bneck[c] = r
+    return rate
+
+
+@njit(cache=True)
+def _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows):
+    f_rate[c] = rate
+    f_version[c] += 1
+    f_finish[c] = now + f_remaining[c] / rate
+    heapq.heappush(flows, (f_finish[c], f_fid[c], f_version[c], np.int64(c)))
+
+
+@njit(cache=True)
+def solve(now, net, fl, rs, inst, ic, fc, flows, events):
+    """FlowNetwork._solve: the coalesced re-solve of one instant, then re-arm the wake-up.
+
+    _match first: a flow that starts where one drained on the same path takes over its rate
+    (the multiset of active paths is unchanged), a flow alone on its resources gets its
+    smallest capacity; every other change marks its resources dirty. Then a local re-solve
+    around the dirty resources (:func:`local_solve`), and where it cannot prove its result, the
+    connected component of the dirty resources by progressive filling."""
+    path_of, res_ptr, res_idx, caps, user_ptr, user_idx = (net[0], net[1], net[2], net[3],
+                                                           net[4], net[5])
+    (f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, _f_size, f_seen,
+     f_fail, f_shared, f_bneck, new_rate) = fl
+    n_on, _carried, r_seen, r_dirty, r_open, r_load, r_top, r_left, r_cnt = rs
+    (dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, _done, stack,
+     comp_res, comp_flows, work) = inst
+    ic[_SOLVES] += 1
+    for i in range(ic[_N_ARRIVED]):
+        c = arrived[i]
+        if not f_active[c] or f_remaining[c] <= 0.0:
+            continue
+        pid = path_of[c]
+        if dep_count[pid] > 0:
+            dep_count[pid] -= 1
+            rate = dep_rate[pid]
+            f_bneck[c] = dep_bneck[pid]
+        else:
+            rate = _alone_rate(c, pid, res_ptr, res_idx, caps, n_on, f_bneck)
+            if rate == 0.0:
+                _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic)
+                continue
+        f_tlast[c] = now
+        _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows)
+    for i in range(ic[_N_DEP]):
+        pid = dep_list[i]
+        if dep_count[pid] > 0:
+            _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic)
+        dep_count[pid] = 0
+        dep_touched[pid] = False
+    ic[_N_DEP] = 0
+    ic[_N_ARRIVED] = 0
+    n_dirty = ic[_N_DIRTY]
+    ic[_N_DIRTY] = 0
+    if n_dirty > 0 and local_solve(
+            dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, user_idx,
+            f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, f_seen,
+            f_fail, f_bneck, r_seen, r_open, r_left, r_cnt, r_load, r_top, new_rate, flows,
+            ic[_LOCAL_LIMIT], work):
+        for i in range(n_dirty):
+            r_dirty[dirty[i]] = False
+        n_dirty = 0
+    # _component: resources and active flows connected to the dirty resources
+    n_comp_res = 0
+    n_comp_flows = 0
+    n_stack = 0
+    for i in range(n_dirty):
+        r = dirty[i]
+        r_dirty[r] = False
+        if not r_seen[r]:
+            r_seen[r] = True
+            comp_res[n_comp_res] = r
+            n_comp_res += 1
+            stack[n_stack] = r
+            n_stack += 1
+    while n_stack > 0:
+        n_stack -= 1
+        r = stack[n_stack]
+        for k in range(user_ptr[r], user_ptr[r + 1]):
+            c = user_idx[k]
+            if f_active[c] and not f_seen[c]:
+                f_seen[c] = True
+                comp_flows[n_comp_flows] = c
+                n_comp_flows += 1
+                pid = path_of[c]
+                for j in range(res_ptr[pid], res_ptr[pid + 1]):
+                    r2 = res_idx[j]
+                    if not r_seen[r2]:
+                        r_seen[r2] = True
+                        comp_res[n_comp_res] = r2
+                        n_comp_res += 1
+                        stack[n_stack] = r2
+                        n_stack += 1
+    if n_comp_flows > 0:
+        n_shared = 0
+        for i in range(n_comp_flows):
+            c = comp_flows[i]
+            if f_rate[c] > 0.0:
+                f_remaining[c] -= f_rate[c] * (now - f_tlast[c])
+                if f_remaining[c] < 0.0:
+                    f_remaining[c] = 0.0
+            f_tlast[c] = now
+            rate = _alone_rate(c, path_of[c], res_ptr, res_idx, caps, n_on, f_bneck)
+            if rate == 0.0:
+                f_shared[c] = True
+                new_rate[c] = -1.0
+                n_shared += 1
+            else:
+                new_rate[c] = rate
+        if n_shared > 0:
+            # progressive filling (network.max_min_rates): the resource with the smallest
+            # fair share freezes its flows at that share, repeatedly
+            for i in range(n_comp_res):
+                r = comp_res[i]
+                r_left[r] = caps[r]
+                r_cnt[r] = 0
+            for i in range(n_comp_flows):
+                c = comp_flows[i]
+                if f_shared[c]:
+                    pid = path_of[c]
+                    for k in range(res_ptr[pid], res_ptr[pid + 1]):
+                        r_cnt[res_idx[k]] += 1
+            fill(comp_res[:n_comp_res], f_shared, new_rate, n_shared, False, user_ptr,
+                 user_idx, path_of, res_ptr, res_idx, r_left, r_cnt, f_bneck)
+        # (heap entries order by finish time, then flow id: the push order does not matter)
+        for i in range(n_comp_flows):
+            c = comp_flows[i]
+            rate = new_rate[c]
+            if rate != f_rate[c] or f_finish[c] == np.inf:
+                _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows)
+            f_seen[c] = False
+            f_shared[c] = False
+    for i in range(n_comp_res):
+        r_seen[comp_res[i]] = False
+    arm(flows, f_version, events, now, ic, fc)
+
+
+@njit(cache=True)
+def drain(now, net, fl, rs, inst, ic, fc, flows, events):
+    """FlowNetwork._wake: the flows that drained by ``now`` (within the engine's tolerance)
+    leave their resources. Returns how many (they are in ``inst[7]``, in drain order) and
+    whether a solve is due; without one the wake-up is re-armed here."""
+    path_of, res_ptr, res_idx = net[0], net[1], net[2]
+    f_active, f_rate, f_remaining, f_version, f_size, f_bneck = (fl[0], fl[1], fl[2], fl[5],
+                                                                 fl[7], fl[11])
+    n_on, carried = rs[0], rs[1]
+    dep_count, dep_rate, dep_bneck, dep_touched, dep_list, done = (inst[0], inst[1], inst[2],
+                                                                   inst[3], inst[4], inst[7])
+    fc[_T_WAKE] = np.inf
+    limit = now + _EPS * max(1.0, abs(now))
+    n_done = 0
+    while len(flows) > 0 and (flows[0][2] != f_version[flows[0][3]] or flows[0][0] <= limit):
+        _t, _fid, ver, c = heapq.heappop(flows)
+        if ver == f_version[c]:
+            f_version[c] += 1
+            done[n_done] = c
+            n_done += 1
+    for i in range(n_done):
+        c = done[i]
+        pid = path_of[c]
+        if not dep_touched[pid]:
+            dep_touched[pid] = True
+            dep_list[ic[_N_DEP]] = pid
+            ic[_N_DEP] += 1
+        dep_count[pid] += 1
+        dep_rate[pid] = f_rate[c]
+        dep_bneck[pid] = f_bneck[c]
+        f_remaining[c] = 0.0
+        f_rate[c] = 0.0
+        f_active[c] = False
+        for k in range(res_ptr[pid], res_ptr[pid + 1]):
+            r = res_idx[k]
+            n_on[r] -= 1
+            carried[r] += f_size[c]
+    if n_done > 0 or ic[_N_DIRTY] > 0:
+        return n_done, True
+    arm(flows, f_version, events, now, ic, fc)
+    return n_done, False
+
+
+@njit(cache=True)
+def deliver(code, lat, now, events, batches, ic, fc):
+    """runner.drained's delivery of transfer ``code``: one path latency later, in the batch of
+    its instant (one SimPy event per delivery instant, members in drain order); at once without
+    latency."""
+    if lat <= 0:
+        heapq.heappush(events, (now, np.int64(-1), np.int64(0), np.int64(DELIVER), code))
+        return
+    t = now + lat
+    if ic[_ONE_LATENCY]:
+        if t != fc[_T_BATCH]:
+            ic[_EID] += 1
+            fc[_T_BATCH] = t
+            ic[_BATCH_EID] = ic[_EID]
+            ic[_BATCH_SIZE] = 0
+        b_eid, n_mem = ic[_BATCH_EID], ic[_BATCH_SIZE]
+        ic[_BATCH_SIZE] += 1
+    elif t in batches:
+        b_eid, n_mem = batches[t]
+        batches[t] = (b_eid, n_mem + 1)
+    else:
+        ic[_EID] += 1
+        b_eid, n_mem = ic[_EID], np.int64(0)
+        batches[t] = (b_eid, np.int64(1))
+    heapq.heappush(events, (t, b_eid, n_mem, np.int64(DELIVER), code))
+
+
+@njit(cache=True)
+def delivering(member, e_ev, now, batches, ic, fc):
+    """The first member of a delivery batch closes the batch of its instant."""
+    if member == 0 and e_ev >= 0:
+        if ic[_ONE_LATENCY]:
+            if fc[_T_BATCH] == now:
+                fc[_T_BATCH] = -np.inf
+        elif now in batches:
+            del batches[now]
+
+
+@njit(cache=True)
+def queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
+    """Engine.compute: queue a reduction of ``dur`` seconds on device ``dev`` (FIFO); its
+    completion is an event. False (nothing queued) when it takes no time."""
+    if dur <= 0:
+        return False
+    start = max(now, dev_free[dev])
+    end = start + dur
+    dev_free[dev] = end
+    dev_busy_s[dev] += dur
+    ic[_EID] += 1
+    heapq.heappush(events, (now + (end - now), ic[_EID], np.int64(0), np.int64(COMPUTE), code))
+    return True
+
+

@@ -1,0 +1,147 @@
+"""The numba kernel of :mod:`.compiled`: the event engine's algorithm on any schedule.
+
+Read :mod:`.runner` first: this main loop is the compiled twin of its ``try_start``,
+``drained``, ``delivered`` and ``complete`` (dependency counts, barrier epochs, FIFO
+connections), driving the flow network of :mod:`._flow_kernel` with the same event order.
+Transfers are the schedule's rows; event codes are transfer indices.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from numba import njit
+
+from ._flow_kernel import (DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, deliver,
+                           delivering, drain, flow_state, instant_state, queue_reduce,
+                           resource_state, scalars, solve, start_flow, static_users)
+
+
+@njit(cache=True)
+def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, latency, caps,
+                      nbytes, reduce_s, reduce_dev, n_devices, waits, dep_ptr, dep_owner, epoch,
+                      epoch_size):
+    """Run one schedule alone; return ``(end_time_s, bytes_per_resource,
+    reduce_s_per_device, solves, t_done)`` (``end_time_s`` is ``inf`` when transfers never
+    complete; ``t_done`` is every transfer's completion time).
+
+    ``members[conn_ptr[c]:conn_ptr[c+1]]``: the transfers of FIFO connection ``c`` in list order;
+    ``waits[i]``: how many transfers ``i`` depends on; ``dep_owner[dep_ptr[i]:dep_ptr[i+1]]``:
+    the transfers that depend on ``i``; ``epoch[i]``: its barrier epoch (``epoch_size`` per
+    epoch); ``reduce_s[i]``: the reduction on device ``reduce_dev[i]`` after delivery (0: a
+    copy, or reduction not charged).
+    """
+    n_conn = conn_ptr.shape[0] - 1
+    n = nbytes.shape[0]
+    n_res = caps.shape[0]
+    n_paths = res_ptr.shape[0] - 1
+    max_fanout = 1
+    for i in range(n):
+        max_fanout = max(max_fanout, dep_ptr[i + 1] - dep_ptr[i])
+    user_ptr, user_idx = static_users(path_of, res_ptr, res_idx, n_res)
+    net = (path_of, res_ptr, res_idx, caps, user_ptr, user_idx, latency)
+    fl = flow_state(n_conn)
+    rs = resource_state(n_res)
+    inst = instant_state(n_conn, n_res, n_paths)
+    ic, fc, events, flows, batches = scalars(path_of, latency, n_conn)
+    done = inst[7]
+    busy = np.zeros(n_conn, dtype=np.bool_)
+    head = conn_ptr[:-1].copy()            # next transfer of each connection (in members)
+    on_wire = np.zeros(n_conn, dtype=np.int64)
+    waiting = waits.copy()
+    epoch_left = epoch_size.copy()
+    n_epochs = epoch_size.shape[0]
+    open_epoch = 0
+    t_done = np.full(n, np.nan)
+    dev_free = np.zeros(n_devices)
+    dev_busy_s = np.zeros(n_devices)
+    # try_start worklist: one event adds a connection per drained flow, or the connections a
+    # completion releases (its dependents', and all of them when an epoch opens)
+    pending = np.empty(2 * n_conn + max_fanout + 2, dtype=np.int64)
+    n_pending = 0
+    for c in range(n_conn):
+        pending[n_pending] = c
+        n_pending += 1
+    now = 0.0
+    solve_pending = False
+    left = n
+    end_time = 0.0
+
+    while True:
+        for k in range(n_pending):      # try_start, in order
+            c = pending[k]
+            if busy[c] or head[c] == conn_ptr[c + 1]:
+                continue
+            i = members[head[c]]
+            if waiting[i] > 0 or epoch[i] > open_epoch:
+                continue
+            head[c] += 1
+            busy[c] = True
+            on_wire[c] = i
+            if start_flow(c, nbytes[i], now, net, fl, rs, inst, ic):
+                solve_pending = True
+            else:
+                ic[_EID] += 1
+                heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO),
+                                        np.int64(i)))
+        n_pending = 0
+
+        if solve_pending and not (len(events) > 0 and events[0][0] <= now):
+            solve_pending = False
+            solve(now, net, fl, rs, inst, ic, fc, flows, events)
+            continue
+        if len(events) == 0:
+            break
+        t_ev, e_ev, member, kind, i = heapq.heappop(events)
+        now = t_ev
+        if kind == WAKE:
+            if i != ic[_WAKE_GEN]:      # stale: a later wake-up superseded it
+                continue
+            n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
+            solve_pending = solve_pending or due
+            for k in range(n_done):     # runner.drained, in drain order
+                c = done[k]
+                busy[c] = False
+                deliver(on_wire[c], latency[path_of[c]], now, events, batches, ic, fc)
+                pending[n_pending] = c
+                n_pending += 1
+            continue
+        if kind == ZERO:
+            c = conn_of[i]
+            busy[c] = False
+            deliver(i, latency[path_of[c]], now, events, batches, ic, fc)
+            pending[n_pending] = c
+            n_pending += 1
+            continue
+        if kind == DELIVER:
+            delivering(member, e_ev, now, batches, ic, fc)
+            if queue_reduce(reduce_s[i], reduce_dev[i], now, dev_free, dev_busy_s, events, ic,
+                            i):
+                continue
+        # runner.complete (DELIVER without compute, or COMPUTE)
+        t_done[i] = now
+        left -= 1
+        if left == 0:
+            end_time = now
+        for k in range(dep_ptr[i], dep_ptr[i + 1]):
+            j = dep_owner[k]
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                pending[n_pending] = conn_of[j]
+                n_pending += 1
+        e = epoch[i]
+        epoch_left[e] -= 1
+        if e == open_epoch:
+            advanced = False
+            while open_epoch < n_epochs - 1 and epoch_left[open_epoch] == 0:
+                open_epoch += 1
+                advanced = True
+            if advanced:
+                for c in range(n_conn):
+                    pending[n_pending] = c
+                    n_pending += 1
+
+    if left > 0:
+        return np.inf, rs[1], dev_busy_s, ic[_SOLVES], t_done
+    return end_time, rs[1], dev_busy_s, ic[_SOLVES], t_done

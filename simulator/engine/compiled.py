@@ -1,0 +1,100 @@
+"""Compiled event simulation of any schedule: the event engine's answer at compiled speed.
+
+Why: the step-level shortcuts of :mod:`.fast` apply only where steps run in lockstep or rates
+are fixed. Where flows of different steps share links at the same time (pipelined slices, a
+hierarchical all-reduce whose outer rings share a machine's NIC over unequal paths) only event
+simulation is exact, and the Python event engine pays ~10-20 us per transfer: a hierarchical
+all-reduce over 1,024 GPUs (~300,000 transfers) takes seconds per gradient bucket.
+
+What this module does: it runs *the event engine's own algorithm* -- the schedule's data-flow
+dependencies and barrier epochs, FIFO connections, the same coalesced max-min solves, drained-
+flow rate takeover, delivery batching and FIFO reduction queues, in the same event order --
+compiled with numba (:mod:`._schedule_kernel` on the flow network of :mod:`._flow_kernel`).
+Memory is ``O(transfers + dependencies)`` (arrays, no Python objects per transfer).
+
+Exactness is by construction, and checked: ``tests/test_compiled.py`` compares the time,
+per-link bytes and reduction totals with the event engine for every registered algorithm,
+pipelined and not, on uncontended and contended topologies, to 1e-9.
+
+numba is an optional dependency (extra ``fast``); without it :func:`compiled_time` reports that
+it does not apply and ``--engine auto`` uses the event engine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+
+from ..schedules.base import Schedule
+from ..schedules.deps import dependencies, epochs
+from .tree_pipeline import numba_available
+
+METHOD = "compiled-events"
+
+
+def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
+                  reduce_compute: bool = True):
+    """Time ``schedule`` (rank ``r`` on ``placement[r]``) with the compiled event simulation.
+
+    Returns a :class:`~simulator.engine.fast.FastResult` with ``method="compiled-events"``;
+    not applicable (with the reason) when numba is missing.
+    """
+    from .fast import FastResult, _Paths, _reduce_totals
+    from .runner import _connections
+
+    if not numba_available():
+        return FastResult(math.nan, False, "numba is not installed (pip install "
+                          "'clustersim[fast]')", METHOD)
+    n = len(schedule)
+    nodes = list(placement)[:schedule.total_ranks]
+    if n == 0:
+        return FastResult(0.0, True, "", METHOD)
+    # dependencies, reversed: who waits for whom (as runner._Prepared)
+    indptr, indices = dependencies(schedule)
+    waits = np.diff(indptr).astype(np.int64)
+    dep_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(indices, minlength=n), out=dep_ptr[1:])
+    dep_owner = np.repeat(np.arange(n, dtype=np.int64), waits)[np.argsort(indices,
+                                                                           kind="stable")]
+    epoch = epochs(schedule).astype(np.int64)
+    epoch_size = np.bincount(epoch).astype(np.int64)
+    # FIFO connections, numbered as the engine numbers them; members in list order
+    conn_of, heads = _connections(schedule)
+    members = np.argsort(conn_of, kind="stable").astype(np.int64)
+    conn_ptr = np.zeros(len(heads) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(conn_of, minlength=len(heads)), out=conn_ptr[1:])
+    # routes: one per distinct (src, dst) rank pair
+    p = schedule.total_ranks
+    pair_key = schedule.src[heads].astype(np.int64) * p + schedule.dst[heads]
+    pairs, path_of = np.unique(pair_key, return_inverse=True)
+    paths = _Paths(graph)
+    res_ptr, res_idx, latency = paths.route([nodes[k // p] for k in pairs.tolist()],
+                                            [nodes[k % p] for k in pairs.tolist()])
+    caps = paths.caps()
+    # reductions: duration and device of every reducing transfer
+    devices: dict = {}
+    rank_device = np.asarray([devices.setdefault(v, len(devices)) for v in nodes],
+                             dtype=np.int64)
+    nbytes = schedule.transfer_bytes.astype(np.float64)
+    dst = schedule.dst.astype(np.int64)
+    rate = np.full(p, np.inf)
+    if reduce_compute:
+        rate = np.asarray([float(graph.nodes[v].get("reduce_bytes_per_s", math.inf))
+                           for v in nodes])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reduce_s = np.where(schedule.reduce & np.isfinite(rate[dst]), nbytes / rate[dst], 0.0)
+    from ._schedule_kernel import simulate_schedule
+
+    time_s, carried, dev_s, solves, _t_done = simulate_schedule(
+        conn_ptr, members, conn_of.astype(np.int64), path_of.astype(np.int64), res_ptr,
+        res_idx, latency, caps, nbytes, reduce_s, rank_device[dst], len(devices), waits,
+        dep_ptr, dep_owner, epoch, epoch_size)
+    if not math.isfinite(time_s):
+        return FastResult(math.nan, False, "the compiled simulation made no progress (a "
+                          "dependency never arrived)", METHOD)
+    return FastResult(float(time_s), True, "", METHOD, steps=int(schedule.step.max()) + 1,
+                      solves=int(solves), links=paths.table(carried),
+                      bytes_sent=float(nbytes.sum()),
+                      reduce_s=_reduce_totals(nodes, dst, reduce_s))
