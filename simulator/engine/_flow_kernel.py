@@ -33,13 +33,13 @@ import numpy as np
 from numba import njit, types
 from numba.typed import Dict
 
-WAKE, DELIVER, COMPUTE, ZERO = 0, 1, 2, 3
+WAKE, DELIVER, COMPUTE, ZERO, BATCH = 0, 1, 2, 3, 4
 _EPS = 1e-12   # the engine's drain tolerance (network._EPS)
-BATCH = types.UniTuple(types.int64, 2)   # delivery batch: (event id, members so far)
+BATCH_ENTRY = types.UniTuple(types.int64, 2)   # delivery batch: (event id, members so far)
 
 # integer scalars (``ic``)
-_N_DEP, _N_ARRIVED, _N_DIRTY, _EID, _WAKE_GEN, _NEXT_FID, _SOLVES, _BATCH_EID, _BATCH_SIZE, \
-    _ONE_LATENCY, _LOCAL_LIMIT = range(11)
+_N_DEP, _N_ARRIVED, _N_DIRTY, _EID, _WAKE_GEN, _NEXT_FID, _SOLVES, _ONE_LATENCY, \
+    _LOCAL_LIMIT, _Q_HEAD, _Q_TAIL, _B_HEAD, _B_TAIL = range(13)
 # float scalars (``fc``)
 _T_WAKE, _T_BATCH = 0, 1
 
@@ -103,8 +103,9 @@ def instant_state(n_conn, n_res, n_paths):
 
 @njit(cache=True)
 def scalars(path_of, latency, n_conn):
-    """``(ic, fc, events, flows, batches)`` for a new run."""
-    ic = np.zeros(11, dtype=np.int64)
+    """``(ic, fc, events, flows, batches, codes, counts)`` for a new run (``codes`` and
+    ``counts``: the delivery queue, see :func:`deliver`)."""
+    ic = np.zeros(13, dtype=np.int64)
     fc = np.array([np.inf, -np.inf])
     # one path latency for every connection: delivery instants are then created in time
     # order, so a delivery joins the last batch or opens a new one (no lookup table needed)
@@ -117,8 +118,9 @@ def scalars(path_of, latency, n_conn):
     events.pop()
     flows = [(0.0, np.int64(0), np.int64(0), np.int64(0))]
     flows.pop()
-    batches = Dict.empty(key_type=types.float64, value_type=BATCH)
-    return ic, fc, events, flows, batches
+    batches = Dict.empty(key_type=types.float64, value_type=BATCH_ENTRY)
+    return (ic, fc, events, flows, batches, np.empty(1024, dtype=np.int64),
+            np.empty(256, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -588,23 +590,47 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
 
 
 @njit(cache=True)
-def deliver(code, lat, now, events, batches, ic, fc):
+def _grown(ring, head, tail):
+    """``ring`` (a circular buffer holding counters ``head .. tail-1`` at ``counter % size``)
+    with twice the room, or itself while it has room."""
+    size = ring.shape[0]
+    if tail - head < size:
+        return ring
+    bigger = np.empty(2 * size, dtype=ring.dtype)
+    for k in range(head, tail):
+        bigger[k % (2 * size)] = ring[k % size]
+    return bigger
+
+
+@njit(cache=True)
+def deliver(code, lat, now, events, batches, ic, fc, codes, counts):
     """runner.drained's delivery of transfer ``code``: one path latency later, in the batch of
     its instant (one SimPy event per delivery instant, members in drain order); at once without
-    latency."""
+    latency. Returns the delivery queue ``(codes, counts)`` (grown when full).
+
+    Where every path has the same latency, batches open in time order and close in that order,
+    so a batch is one ``BATCH`` event and its members wait in the circular queue ``codes``
+    (``counts``: members per batch); :func:`open_batch` hands them out. Otherwise every member
+    is its own ``DELIVER`` event ``(t, batch event id, member, ...)``, batches found by time in
+    ``batches``."""
     if lat <= 0:
         heapq.heappush(events, (now, np.int64(-1), np.int64(0), np.int64(DELIVER), code))
-        return
+        return codes, counts
     t = now + lat
     if ic[_ONE_LATENCY]:
         if t != fc[_T_BATCH]:
             ic[_EID] += 1
             fc[_T_BATCH] = t
-            ic[_BATCH_EID] = ic[_EID]
-            ic[_BATCH_SIZE] = 0
-        b_eid, n_mem = ic[_BATCH_EID], ic[_BATCH_SIZE]
-        ic[_BATCH_SIZE] += 1
-    elif t in batches:
+            counts = _grown(counts, ic[_B_HEAD], ic[_B_TAIL])
+            counts[ic[_B_TAIL] % counts.shape[0]] = 0
+            heapq.heappush(events, (t, ic[_EID], np.int64(0), np.int64(BATCH), ic[_B_TAIL]))
+            ic[_B_TAIL] += 1
+        codes = _grown(codes, ic[_Q_HEAD], ic[_Q_TAIL])
+        codes[ic[_Q_TAIL] % codes.shape[0]] = code
+        ic[_Q_TAIL] += 1
+        counts[(ic[_B_TAIL] - 1) % counts.shape[0]] += 1
+        return codes, counts
+    if t in batches:
         b_eid, n_mem = batches[t]
         batches[t] = (b_eid, n_mem + 1)
     else:
@@ -612,17 +638,31 @@ def deliver(code, lat, now, events, batches, ic, fc):
         b_eid, n_mem = ic[_EID], np.int64(0)
         batches[t] = (b_eid, np.int64(1))
     heapq.heappush(events, (t, b_eid, n_mem, np.int64(DELIVER), code))
+    return codes, counts
 
 
 @njit(cache=True)
-def delivering(member, e_ev, now, batches, ic, fc):
-    """The first member of a delivery batch closes the batch of its instant."""
-    if member == 0 and e_ev >= 0:
-        if ic[_ONE_LATENCY]:
-            if fc[_T_BATCH] == now:
-                fc[_T_BATCH] = -np.inf
-        elif now in batches:
-            del batches[now]
+def open_batch(now, ic, fc, counts):
+    """A ``BATCH`` event: close the batch of this instant and return ``(first, count)`` of its
+    members (queue counters; member ``k`` is ``codes[(first + k) % codes.size]``). The caller
+    delivers them in order, then calls :func:`close_batch`."""
+    if fc[_T_BATCH] == now:
+        fc[_T_BATCH] = -np.inf
+    n = counts[ic[_B_HEAD] % counts.shape[0]]
+    ic[_B_HEAD] += 1
+    return ic[_Q_HEAD], n
+
+
+@njit(cache=True)
+def close_batch(ic, n):
+    ic[_Q_HEAD] += n
+
+
+@njit(cache=True)
+def delivering(member, e_ev, now, batches):
+    """The first member of a ``DELIVER`` batch closes the batch of its instant."""
+    if member == 0 and e_ev >= 0 and now in batches:
+        del batches[now]
 
 
 @njit(cache=True)

@@ -13,9 +13,60 @@ import heapq
 import numpy as np
 from numba import njit
 
-from ._flow_kernel import (DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, deliver,
-                           delivering, drain, flow_state, instant_state, queue_reduce,
-                           resource_state, scalars, solve, start_flow, static_users)
+from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, close_batch,
+                           deliver, delivering, drain, flow_state, instant_state, open_batch,
+                           queue_reduce, resource_state, scalars, solve, start_flow,
+                           static_users)
+
+
+@njit(cache=True)
+def _try_starts(pending, n_pending, now, busy, head, conn_ptr, members, on_wire, waiting, epoch,
+                open_epoch, nbytes, net, fl, rs, inst, ic, events):
+    """runner.try_start for the connections on the worklist, in order. Returns whether a flow
+    started (a solve is due)."""
+    started = False
+    for k in range(n_pending):
+        c = pending[k]
+        if busy[c] or head[c] == conn_ptr[c + 1]:
+            continue
+        i = members[head[c]]
+        if waiting[i] > 0 or epoch[i] > open_epoch:
+            continue
+        head[c] += 1
+        busy[c] = True
+        on_wire[c] = i
+        if start_flow(c, nbytes[i], now, net, fl, rs, inst, ic):
+            started = True
+        else:
+            ic[_EID] += 1
+            heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO), np.int64(i)))
+    return started
+
+
+@njit(cache=True)
+def _complete(i, pending, n_pending, waiting, dep_ptr, dep_owner, conn_of, epoch, epoch_left,
+              open_epoch, n_conn):
+    """runner.complete of transfer ``i``: its dependents' connections join the worklist, and
+    every connection when its epoch was the last open one to finish. Returns the worklist
+    length and the open epoch."""
+    for k in range(dep_ptr[i], dep_ptr[i + 1]):
+        j = dep_owner[k]
+        waiting[j] -= 1
+        if waiting[j] == 0:
+            pending[n_pending] = conn_of[j]
+            n_pending += 1
+    e = epoch[i]
+    epoch_left[e] -= 1
+    if e == open_epoch:
+        advanced = False
+        while open_epoch < epoch_left.shape[0] - 1 and epoch_left[open_epoch] == 0:
+            open_epoch += 1
+            advanced = True
+        if advanced:
+            for c in range(n_conn):
+                pending[n_pending] = c
+                n_pending += 1
+    return n_pending, open_epoch
 
 
 @njit(cache=True)
@@ -44,7 +95,7 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
     fl = flow_state(n_conn)
     rs = resource_state(n_res)
     inst = instant_state(n_conn, n_res, n_paths)
-    ic, fc, events, flows, batches = scalars(path_of, latency, n_conn)
+    ic, fc, events, flows, batches, codes, counts = scalars(path_of, latency, n_conn)
     done = inst[7]
     busy = np.zeros(n_conn, dtype=np.bool_)
     head = conn_ptr[:-1].copy()            # next transfer of each connection (in members)
@@ -59,88 +110,81 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
     # try_start worklist: one event adds a connection per drained flow, or the connections a
     # completion releases (its dependents', and all of them when an epoch opens)
     pending = np.empty(2 * n_conn + max_fanout + 2, dtype=np.int64)
-    n_pending = 0
-    for c in range(n_conn):
-        pending[n_pending] = c
-        n_pending += 1
+    n_pending = n_conn
+    pending[:n_conn] = np.arange(n_conn)
     now = 0.0
     solve_pending = False
     left = n
     end_time = 0.0
 
     while True:
-        for k in range(n_pending):      # try_start, in order
-            c = pending[k]
-            if busy[c] or head[c] == conn_ptr[c + 1]:
-                continue
-            i = members[head[c]]
-            if waiting[i] > 0 or epoch[i] > open_epoch:
-                continue
-            head[c] += 1
-            busy[c] = True
-            on_wire[c] = i
-            if start_flow(c, nbytes[i], now, net, fl, rs, inst, ic):
-                solve_pending = True
-            else:
-                ic[_EID] += 1
-                heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO),
-                                        np.int64(i)))
+        if _try_starts(pending, n_pending, now, busy, head, conn_ptr, members, on_wire,
+                       waiting, epoch, open_epoch, nbytes, net, fl, rs, inst, ic, events):
+            solve_pending = True
         n_pending = 0
-
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
             solve_pending = False
             solve(now, net, fl, rs, inst, ic, fc, flows, events)
             continue
         if len(events) == 0:
             break
-        t_ev, e_ev, member, kind, i = heapq.heappop(events)
+        t_ev, e_ev, member, kind, code = heapq.heappop(events)
         now = t_ev
         if kind == WAKE:
-            if i != ic[_WAKE_GEN]:      # stale: a later wake-up superseded it
+            if code != ic[_WAKE_GEN]:      # stale: a later wake-up superseded it
                 continue
             n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
             solve_pending = solve_pending or due
             for k in range(n_done):     # runner.drained, in drain order
                 c = done[k]
                 busy[c] = False
-                deliver(on_wire[c], latency[path_of[c]], now, events, batches, ic, fc)
+                codes, counts = deliver(on_wire[c], latency[path_of[c]], now, events, batches,
+                                        ic, fc, codes, counts)
                 pending[n_pending] = c
                 n_pending += 1
             continue
         if kind == ZERO:
-            c = conn_of[i]
+            c = conn_of[code]
             busy[c] = False
-            deliver(i, latency[path_of[c]], now, events, batches, ic, fc)
+            codes, counts = deliver(code, latency[path_of[c]], now, events, batches, ic, fc,
+                                    codes, counts)
             pending[n_pending] = c
             n_pending += 1
             continue
+        if kind == BATCH:
+            first, n_members = open_batch(now, ic, fc, counts)
+            for k in range(n_members):
+                i = codes[(first + k) % codes.shape[0]]
+                if queue_reduce(reduce_s[i], reduce_dev[i], now, dev_free, dev_busy_s, events,
+                                ic, i):
+                    continue
+                t_done[i] = now
+                left -= 1
+                if left == 0:
+                    end_time = now
+                n_pending, open_epoch = _complete(i, pending, 0, waiting, dep_ptr, dep_owner,
+                                                  conn_of, epoch, epoch_left, open_epoch,
+                                                  n_conn)
+                if _try_starts(pending, n_pending, now, busy, head, conn_ptr, members,
+                               on_wire, waiting, epoch, open_epoch, nbytes, net, fl, rs, inst,
+                               ic, events):
+                    solve_pending = True
+                n_pending = 0
+            close_batch(ic, n_members)
+            continue
         if kind == DELIVER:
-            delivering(member, e_ev, now, batches, ic, fc)
-            if queue_reduce(reduce_s[i], reduce_dev[i], now, dev_free, dev_busy_s, events, ic,
-                            i):
+            delivering(member, e_ev, now, batches)
+            if queue_reduce(reduce_s[code], reduce_dev[code], now, dev_free, dev_busy_s, events,
+                            ic, code):
                 continue
         # runner.complete (DELIVER without compute, or COMPUTE)
-        t_done[i] = now
+        t_done[code] = now
         left -= 1
         if left == 0:
             end_time = now
-        for k in range(dep_ptr[i], dep_ptr[i + 1]):
-            j = dep_owner[k]
-            waiting[j] -= 1
-            if waiting[j] == 0:
-                pending[n_pending] = conn_of[j]
-                n_pending += 1
-        e = epoch[i]
-        epoch_left[e] -= 1
-        if e == open_epoch:
-            advanced = False
-            while open_epoch < n_epochs - 1 and epoch_left[open_epoch] == 0:
-                open_epoch += 1
-                advanced = True
-            if advanced:
-                for c in range(n_conn):
-                    pending[n_pending] = c
-                    n_pending += 1
+        n_pending, open_epoch = _complete(code, pending, n_pending, waiting, dep_ptr, dep_owner,
+                                          conn_of, epoch, epoch_left, open_epoch,
+                                                  n_conn)
 
     if left > 0:
         return np.inf, rs[1], dev_busy_s, ic[_SOLVES], t_done

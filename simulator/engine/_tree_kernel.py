@@ -15,8 +15,8 @@ import heapq
 import numpy as np
 from numba import njit
 
-from ._flow_kernel import (DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN,
-                           deliver, delivering, drain, flow_state, instant_state,
+from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, close_batch,
+                           deliver, delivering, drain, flow_state, instant_state, open_batch,
                            queue_reduce, resource_state, scalars, solve, start_flow,
                            static_users)
 
@@ -43,11 +43,82 @@ def _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr, chi
 
 
 @njit(cache=True)
+def _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes, done_cnt, tree,
+                net, fl, rs, inst, ic, events):
+    """runner.try_start for the connections on the worklist, in order (the engine calls it
+    inline; nothing between the calls depends on their order except flow ids, which follow
+    this order too). Returns whether a flow started (a solve is due)."""
+    conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx, up_conn, \
+        down_conn, has_up = tree
+    n_seg = seg_bytes.shape[1]
+    started = False
+    for i in range(n_pending):
+        c = pending[i]
+        if busy[c] or next_seg[c] >= n_seg:
+            continue
+        s = next_seg[c]
+        if not _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr,
+                      child_idx, up_conn, down_conn, done_cnt, has_up):
+            continue
+        next_seg[c] = s + 1
+        busy[c] = True
+        f_seg[c] = s
+        if start_flow(c, seg_bytes[conn_tree[c], s], now, net, fl, rs, inst, ic):
+            started = True
+        else:
+            ic[_EID] += 1
+            heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO),
+                                    np.int64(c * n_seg + s)))
+    return started
+
+
+@njit(cache=True)
+def _complete(c, pending, n_pending, done_cnt, tree):
+    """runner.complete of connection ``c``'s oldest segment in flight: the connections whose
+    next segment may now be ready join the worklist. Returns the worklist length."""
+    conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx, up_conn, \
+        down_conn, _has_up = tree
+    done_cnt[c] += 1
+    t_c = conn_tree[c]
+    r = conn_child[c]
+    if conn_kind[c] == 0:
+        par = parent[t_c, r]
+        if par != roots[t_c]:
+            pending[n_pending] = up_conn[t_c, par]
+            return n_pending + 1
+        r = par                 # the root's down connections wait for its children's up
+    for k in range(child_ptr[t_c, r], child_ptr[t_c, r + 1]):
+        d = down_conn[t_c, child_idx[t_c, k]]
+        if d >= 0:
+            pending[n_pending] = d
+            n_pending += 1
+    return n_pending
+
+
+@njit(cache=True)
+def _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free, dev_busy_s,
+               events, ic):
+    """runner.delivered of segment ``code``: True when its reduction was queued on the
+    receiver's device (it completes later), False when it completes now."""
+    conn_tree, conn_child, conn_kind, parent = tree[0], tree[1], tree[2], tree[3]
+    n_seg = seg_bytes.shape[1]
+    c = code // n_seg
+    if conn_kind[c] != 0:
+        return False
+    dst = parent[conn_tree[c], conn_child[c]]
+    return rank_rate[dst] != np.inf and queue_reduce(
+        seg_bytes[conn_tree[c], code % n_seg] / rank_rate[dst], rank_device[dst], now,
+        dev_free, dev_busy_s, events, ic, code)
+
+
+@njit(cache=True)
 def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, res_idx,
                            latency, caps, seg_bytes, parent, roots, child_ptr, child_idx,
-                           up_conn, down_conn, rank_device, rank_rate, n_devices):
+                           up_conn, down_conn, rank_device, rank_rate, n_devices,
+                           start_order):
     """Run the tree pipeline; return ``(end_time_s, bytes_per_resource, reduce_s_per_device,
-    solves)`` (``end_time_s`` is ``inf`` when transfers never complete)."""
+    solves)`` (``end_time_s`` is ``inf`` when transfers never complete). ``start_order``: the
+    connections in the engine's numbering (the order of the first try_start round)."""
     n_conn = conn_tree.shape[0]
     n_seg = seg_bytes.shape[1]
     n_res = caps.shape[0]
@@ -56,6 +127,8 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     for c in range(n_conn):
         if conn_kind[c] == 0:
             has_up = True
+    tree = (conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx, up_conn,
+            down_conn, has_up)
     max_fanout = 1
     for t in range(child_ptr.shape[0]):
         for r in range(child_ptr.shape[1] - 1):
@@ -65,7 +138,7 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     fl = flow_state(n_conn)
     rs = resource_state(n_res)
     inst = instant_state(n_conn, n_res, n_paths)
-    ic, fc, events, flows, batches = scalars(path_of, latency, n_conn)
+    ic, fc, events, flows, batches, codes, counts = scalars(path_of, latency, n_conn)
     done = inst[7]
     busy = np.zeros(n_conn, dtype=np.bool_)
     next_seg = np.zeros(n_conn, dtype=np.int64)
@@ -76,37 +149,18 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     # try_start worklist: one event adds at most a connection per drained flow, or the
     # connections a completion unblocks
     pending = np.empty(n_conn + max_fanout + 2, dtype=np.int64)
-    n_pending = 0
-    for c in range(n_conn):
-        pending[n_pending] = c
-        n_pending += 1
+    n_pending = n_conn
+    pending[:n_conn] = start_order
     now = 0.0
     solve_pending = False
-    left_transfers = n_conn * n_seg
+    left = n_conn * n_seg
     end_time = 0.0
 
     while True:
-        # -- try_start on the worklist, in order (the engine calls it inline; nothing between
-        #    the calls depends on their order except flow ids, which follow this order too)
-        for i in range(n_pending):
-            c = pending[i]
-            if busy[c] or next_seg[c] >= n_seg:
-                continue
-            s = next_seg[c]
-            if not _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr,
-                          child_idx, up_conn, down_conn, done_cnt, has_up):
-                continue
-            next_seg[c] = s + 1
-            busy[c] = True
-            f_seg[c] = s
-            if start_flow(c, seg_bytes[conn_tree[c], s], now, net, fl, rs, inst, ic):
-                solve_pending = True
-            else:
-                ic[_EID] += 1
-                heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO),
-                                        np.int64(c * n_seg + s)))
+        if _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes, done_cnt,
+                       tree, net, fl, rs, inst, ic, events):
+            solve_pending = True
         n_pending = 0
-
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
             solve_pending = False
             solve(now, net, fl, rs, inst, ic, fc, flows, events)
@@ -120,57 +174,52 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
                 continue
             n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
             solve_pending = solve_pending or due
-            # on_drained of each, in drain order: runner.drained
-            for i in range(n_done):
+            for i in range(n_done):       # on_drained of each, in drain order
                 c = done[i]
                 busy[c] = False
-                deliver(np.int64(c * n_seg + f_seg[c]), latency[path_of[c]], now, events,
-                        batches, ic, fc)
+                codes, counts = deliver(np.int64(c * n_seg + f_seg[c]), latency[path_of[c]],
+                                        now, events, batches, ic, fc, codes, counts)
                 pending[n_pending] = c
                 n_pending += 1
             continue
-        c = code // n_seg
-        s = code % n_seg
         if kind == ZERO:
+            c = code // n_seg
             busy[c] = False
-            deliver(code, latency[path_of[c]], now, events, batches, ic, fc)
+            codes, counts = deliver(code, latency[path_of[c]], now, events, batches, ic, fc,
+                                    codes, counts)
             pending[n_pending] = c
             n_pending += 1
             continue
-        if kind == DELIVER:
-            delivering(member, e_ev, now, batches, ic, fc)
-            # runner.delivered: a reducing transfer queues on the receiver's device
-            if conn_kind[c] == 0:
-                dst = parent[conn_tree[c], conn_child[c]]
-                if rank_rate[dst] != np.inf and queue_reduce(
-                        seg_bytes[conn_tree[c], s] / rank_rate[dst], rank_device[dst], now,
-                        dev_free, dev_busy_s, events, ic, code):
+        if kind == BATCH:
+            # the members of one delivery instant, each delivered (and its dependents tried)
+            # before the next, as the engine's one callback does
+            first, n_members = open_batch(now, ic, fc, counts)
+            for k in range(n_members):
+                code = codes[(first + k) % codes.shape[0]]
+                if _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free,
+                              dev_busy_s, events, ic):
                     continue
-        # runner.complete (kind DELIVER without compute, or COMPUTE)
-        done_cnt[c] += 1
-        left_transfers -= 1
-        if left_transfers == 0:
+                n_pending = _complete(code // n_seg, pending, 0, done_cnt, tree)
+                left -= 1
+                if left == 0:
+                    end_time = now
+                if _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes,
+                               done_cnt, tree, net, fl, rs, inst, ic, events):
+                    solve_pending = True
+                n_pending = 0
+            close_batch(ic, n_members)
+            continue
+        if kind == DELIVER:
+            delivering(member, e_ev, now, batches)
+            if _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free,
+                          dev_busy_s, events, ic):
+                continue
+        # runner.complete (DELIVER without compute, or COMPUTE)
+        n_pending = _complete(code // n_seg, pending, n_pending, done_cnt, tree)
+        left -= 1
+        if left == 0:
             end_time = now
-        t_c = conn_tree[c]
-        r = conn_child[c]
-        if conn_kind[c] == 0:
-            par = parent[t_c, r]
-            if par != roots[t_c]:
-                pending[n_pending] = up_conn[t_c, par]
-                n_pending += 1
-            else:
-                for k in range(child_ptr[t_c, par], child_ptr[t_c, par + 1]):
-                    d = down_conn[t_c, child_idx[t_c, k]]
-                    if d >= 0:
-                        pending[n_pending] = d
-                        n_pending += 1
-        else:
-            for k in range(child_ptr[t_c, r], child_ptr[t_c, r + 1]):
-                d = down_conn[t_c, child_idx[t_c, k]]
-                if d >= 0:
-                    pending[n_pending] = d
-                    n_pending += 1
 
-    if left_transfers > 0:
+    if left > 0:
         return np.inf, rs[1], dev_busy_s, ic[_SOLVES]
     return end_time, rs[1], dev_busy_s, ic[_SOLVES]

@@ -134,6 +134,13 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     if p < 2:
         return FastResult(0.0, True, "", method)
     conn_tree, conn_child, conn_kind = _connections(trees, collective)
+    # The kernel numbers connections rank by rank (a rank's connections, and those of ranks
+    # near it in the trees, sit close in memory); ``start_order`` keeps the engine's order for
+    # the first try_start round, which is what decides flow ids.
+    local = np.lexsort((conn_kind, conn_tree, conn_child))
+    conn_tree, conn_child, conn_kind = conn_tree[local], conn_child[local], conn_kind[local]
+    start_order = np.empty(len(local), dtype=np.int64)
+    start_order[local] = np.arange(len(local))
     parent = np.stack([t.parent for t in trees]).astype(np.int64)
     conn_src = np.where(conn_kind == 0, conn_child, parent[conn_tree, conn_child])
     conn_dst = np.where(conn_kind == 0, parent[conn_tree, conn_child], conn_child)
@@ -177,7 +184,7 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     time_s, carried, reduce_dev_s, solves = kernel(
         conn_tree, conn_child, conn_kind, path_of.astype(np.int64), res_ptr, res_idx, latency,
         caps, seg_bytes, parent, roots, child_ptr, child_idx, up_conn, down_conn,
-        rank_device, rank_rate, len(devices))
+        rank_device, rank_rate, len(devices), start_order)
     if not math.isfinite(time_s):
         return FastResult(math.nan, False, "the compiled simulation made no progress (a "
                           "dependency never arrived)", method)
