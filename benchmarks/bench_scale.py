@@ -140,8 +140,8 @@ def add_parity(frame):
 
 def markdown(frame) -> str:
     lines = [("| algorithm | GPUs | event wall (s) | event peak RSS (MiB) | fast wall (s) | "
-              "fast peak RSS (MiB) | fast method | fast vs event |"),
-             "|---|---:|---:|---:|---:|---:|---|---:|"]
+              "fast peak RSS (MiB) | fast method | event/fast wall | fast vs event |"),
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
 
     def cell(rec, key, fmt):
         if rec is None:
@@ -164,11 +164,13 @@ def markdown(frame) -> str:
         recs = {r["engine"]: r for r in group.to_dict("records")}
         ev, fa = recs.get("event"), recs.get("fast")
         rel = group["fast_vs_event_rel"].dropna()
+        both_ok = ev is not None and fa is not None and ev["status"] == fa["status"] == "ok"
+        ratio = f"{ev['wall_s'] / fa['wall_s']:.0f}x" if both_ok and fa["wall_s"] > 0 else "-"
         lines.append(f"| {algorithm} | {n} | {cell(ev, 'wall_s', '{:.3f}')} | "
                      f"{cell(ev, 'peak_rss_mib', '{:.0f}')} | {cell(fa, 'wall_s', '{:.3f}')} | "
                      f"{cell(fa, 'peak_rss_mib', '{:.0f}')} | "
                      f"{fa.get('method', '') if fa and fa['status'] == 'ok' else '-'} | "
-                     f"{f'{rel.iloc[0]:.1e}' if len(rel) else '-'} |")
+                     f"{ratio} | {f'{rel.iloc[0]:.1e}' if len(rel) else '-'} |")
     return "\n".join(lines)
 
 

@@ -88,16 +88,15 @@ def resource_state(n_res):
 
 @njit(cache=True)
 def instant_state(n_conn, n_res, n_paths):
-    """``(dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, done, stack,
-    comp_res, comp_flows, work)``: departures per path at this instant (count, rate and
+    """``(dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, done, comp_res,
+    comp_flows, work)``: departures per path at this instant (count, rate and
     bottleneck: flows on one path share a rate), the lists of the instant and scratch space,
     each preallocated to its bound."""
     return (np.zeros(n_paths, dtype=np.int64), np.zeros(n_paths),
             np.zeros(n_paths, dtype=np.int64), np.zeros(n_paths, dtype=np.bool_),
             np.empty(n_paths, dtype=np.int64), np.empty(n_conn, dtype=np.int64),
             np.empty(n_res, dtype=np.int64), np.empty(n_conn, dtype=np.int64),
-            np.empty(n_res, dtype=np.int64), np.empty(n_res, dtype=np.int64),
-            np.empty(n_conn, dtype=np.int64),
+            np.empty(n_res, dtype=np.int64), np.empty(n_conn, dtype=np.int64),
             np.empty((4, max(n_conn, n_res)), dtype=np.int64))
 
 
@@ -121,6 +120,28 @@ def scalars(path_of, latency, n_conn):
     batches = Dict.empty(key_type=types.float64, value_type=BATCH_ENTRY)
     return (ic, fc, events, flows, batches, np.empty(1024, dtype=np.int64),
             np.empty(256, dtype=np.int64))
+
+
+@njit(cache=True)
+def take_users(r, user_ptr, user_idx, path_of, res_ptr, res_idx, f_active, f_seen, r_seen,
+               flows_out, n_flows, res_out, n_res):
+    """Append the active flows on resource ``r`` not taken yet to ``flows_out`` (marking them in
+    ``f_seen``) and the resources of their paths not seen yet to ``res_out`` (``r_seen``).
+    Returns the new lengths of both."""
+    for k in range(user_ptr[r], user_ptr[r + 1]):
+        c = user_idx[k]
+        if f_active[c] and not f_seen[c]:
+            f_seen[c] = True
+            flows_out[n_flows] = c
+            n_flows += 1
+            pid = path_of[c]
+            for j in range(res_ptr[pid], res_ptr[pid + 1]):
+                r2 = res_idx[j]
+                if not r_seen[r2]:
+                    r_seen[r2] = True
+                    res_out[n_res] = r2
+                    n_res += 1
+    return n_flows, n_res
 
 
 @njit(cache=True)
@@ -213,8 +234,8 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
     every flow that touches a resource of the region. Flows elsewhere kept their resources'
     loads, so they keep their bottlenecks; so does an outside flow whose recorded bottleneck
     (``f_bneck``, kept for every active flow) lies outside the region. When every checked flow
-    has one, the allocation is the (unique) max-min fair one. A flow that fails opens the resources of its path: the
-    next round re-solves its neighbourhood too.
+    has one, the allocation is the (unique) max-min fair one. A flow that fails opens the
+    resources of its path: the next round re-solves its neighbourhood too.
 
     ``work`` is scratch space: rows 0-3 hold the group, the region's resources, the opened
     resources and the failing flows (each at most ``max(connections, resources)`` long).
@@ -239,20 +260,9 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
     while True:
         n_before = n_group
         for i in range(first_new, n_opened):
-            r = opened[i]
-            for k in range(user_ptr[r], user_ptr[r + 1]):
-                c = user_idx[k]
-                if f_active[c] and not f_seen[c]:
-                    f_seen[c] = True
-                    group[n_group] = c
-                    n_group += 1
-                    pid = path_of[c]
-                    for j in range(res_ptr[pid], res_ptr[pid + 1]):
-                        r2 = res_idx[j]
-                        if not r_seen[r2]:
-                            r_seen[r2] = True
-                            res[n_res] = r2
-                            n_res += 1
+            n_group, n_res = take_users(opened[i], user_ptr, user_idx, path_of, res_ptr,
+                                        res_idx, f_active, f_seen, r_seen, group, n_group, res,
+                                        n_res)
         first_new = n_opened
         if n_group == n_before or n_group > limit:
             break
@@ -434,8 +444,8 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
     (f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, _f_size, f_seen,
      f_fail, f_shared, f_bneck, new_rate) = fl
     n_on, _carried, r_seen, r_dirty, r_open, r_load, r_top, r_left, r_cnt = rs
-    (dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, _done, stack,
-     comp_res, comp_flows, work) = inst
+    (dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, _done, comp_res,
+     comp_flows, work) = inst
     ic[_SOLVES] += 1
     for i in range(ic[_N_ARRIVED]):
         c = arrived[i]
@@ -471,10 +481,10 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
         for i in range(n_dirty):
             r_dirty[dirty[i]] = False
         n_dirty = 0
-    # _component: resources and active flows connected to the dirty resources
+    # _component: resources and active flows connected to the dirty resources (breadth
+    # first: the resources found are scanned in turn)
     n_comp_res = 0
     n_comp_flows = 0
-    n_stack = 0
     for i in range(n_dirty):
         r = dirty[i]
         r_dirty[r] = False
@@ -482,26 +492,12 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
             r_seen[r] = True
             comp_res[n_comp_res] = r
             n_comp_res += 1
-            stack[n_stack] = r
-            n_stack += 1
-    while n_stack > 0:
-        n_stack -= 1
-        r = stack[n_stack]
-        for k in range(user_ptr[r], user_ptr[r + 1]):
-            c = user_idx[k]
-            if f_active[c] and not f_seen[c]:
-                f_seen[c] = True
-                comp_flows[n_comp_flows] = c
-                n_comp_flows += 1
-                pid = path_of[c]
-                for j in range(res_ptr[pid], res_ptr[pid + 1]):
-                    r2 = res_idx[j]
-                    if not r_seen[r2]:
-                        r_seen[r2] = True
-                        comp_res[n_comp_res] = r2
-                        n_comp_res += 1
-                        stack[n_stack] = r2
-                        n_stack += 1
+    i = 0
+    while i < n_comp_res:
+        n_comp_flows, n_comp_res = take_users(comp_res[i], user_ptr, user_idx, path_of,
+                                              res_ptr, res_idx, f_active, f_seen, r_seen,
+                                              comp_flows, n_comp_flows, comp_res, n_comp_res)
+        i += 1
     if n_comp_flows > 0:
         n_shared = 0
         for i in range(n_comp_flows):
@@ -680,3 +676,28 @@ def queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
     return True
 
 
+@njit(cache=True)
+def released(c, code, now, net, events, batches, ic, fc, codes, counts, busy, pending,
+             n_pending):
+    """runner.drained for transfer ``code`` of connection ``c``: the connection is free, the
+    transfer is delivered one path latency later, and ``c`` joins the try_start worklist.
+    Returns ``(worklist length, codes, counts)``."""
+    busy[c] = False
+    codes, counts = deliver(code, net[6][net[0][c]], now, events, batches, ic, fc, codes,
+                            counts)
+    pending[n_pending] = c
+    return n_pending + 1, codes, counts
+
+
+@njit(cache=True)
+def wake_up(now, net, fl, rs, inst, ic, fc, flows, events, batches, codes, counts, busy,
+            on_wire, pending, n_pending):
+    """A (current) wake-up: drain the flows due (:func:`drain`) and release each, in drain
+    order. Returns ``(solve due, worklist length, codes, counts)``."""
+    n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
+    done = inst[7]
+    for k in range(n_done):
+        c = done[k]
+        n_pending, codes, counts = released(c, on_wire[c], now, net, events, batches, ic, fc,
+                                            codes, counts, busy, pending, n_pending)
+    return due, n_pending, codes, counts

@@ -14,9 +14,9 @@ import numpy as np
 from numba import njit
 
 from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, close_batch,
-                           deliver, delivering, drain, flow_state, instant_state, open_batch,
-                           queue_reduce, resource_state, scalars, solve, start_flow,
-                           static_users)
+                           delivering, flow_state, instant_state, open_batch, queue_reduce,
+                           released, resource_state, scalars, solve, start_flow, static_users,
+                           wake_up)
 
 
 @njit(cache=True)
@@ -44,11 +44,12 @@ def _try_starts(pending, n_pending, now, busy, head, conn_ptr, members, on_wire,
 
 
 @njit(cache=True)
-def _complete(i, pending, n_pending, waiting, dep_ptr, dep_owner, conn_of, epoch, epoch_left,
-              open_epoch, n_conn):
-    """runner.complete of transfer ``i``: its dependents' connections join the worklist, and
-    every connection when its epoch was the last open one to finish. Returns the worklist
-    length and the open epoch."""
+def _complete(i, now, t_done, pending, n_pending, waiting, dep_ptr, dep_owner, conn_of, epoch,
+              epoch_left, open_epoch, n_conn):
+    """runner.complete of transfer ``i`` at ``now``: its dependents' connections join the
+    worklist, and every connection when its epoch was the last open one to finish. Returns the
+    worklist length and the open epoch."""
+    t_done[i] = now
     for k in range(dep_ptr[i], dep_ptr[i + 1]):
         j = dep_owner[k]
         waiting[j] -= 1
@@ -96,13 +97,11 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
     rs = resource_state(n_res)
     inst = instant_state(n_conn, n_res, n_paths)
     ic, fc, events, flows, batches, codes, counts = scalars(path_of, latency, n_conn)
-    done = inst[7]
     busy = np.zeros(n_conn, dtype=np.bool_)
     head = conn_ptr[:-1].copy()            # next transfer of each connection (in members)
     on_wire = np.zeros(n_conn, dtype=np.int64)
     waiting = waits.copy()
     epoch_left = epoch_size.copy()
-    n_epochs = epoch_size.shape[0]
     open_epoch = 0
     t_done = np.full(n, np.nan)
     dev_free = np.zeros(n_devices)
@@ -114,13 +113,11 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
     pending[:n_conn] = np.arange(n_conn)
     now = 0.0
     solve_pending = False
-    left = n
-    end_time = 0.0
 
     while True:
-        if _try_starts(pending, n_pending, now, busy, head, conn_ptr, members, on_wire,
-                       waiting, epoch, open_epoch, nbytes, net, fl, rs, inst, ic, events):
-            solve_pending = True
+        solve_pending |= _try_starts(pending, n_pending, now, busy, head, conn_ptr, members,
+                                     on_wire, waiting, epoch, open_epoch, nbytes, net, fl, rs,
+                                     inst, ic, events)
         n_pending = 0
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
             solve_pending = False
@@ -133,43 +130,30 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
         if kind == WAKE:
             if code != ic[_WAKE_GEN]:      # stale: a later wake-up superseded it
                 continue
-            n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
-            solve_pending = solve_pending or due
-            for k in range(n_done):     # runner.drained, in drain order
-                c = done[k]
-                busy[c] = False
-                codes, counts = deliver(on_wire[c], latency[path_of[c]], now, events, batches,
-                                        ic, fc, codes, counts)
-                pending[n_pending] = c
-                n_pending += 1
+            due, n_pending, codes, counts = wake_up(now, net, fl, rs, inst, ic, fc, flows,
+                                                    events, batches, codes, counts, busy,
+                                                    on_wire, pending, n_pending)
+            solve_pending |= due
             continue
         if kind == ZERO:
-            c = conn_of[code]
-            busy[c] = False
-            codes, counts = deliver(code, latency[path_of[c]], now, events, batches, ic, fc,
-                                    codes, counts)
-            pending[n_pending] = c
-            n_pending += 1
+            n_pending, codes, counts = released(conn_of[code], code, now, net, events, batches,
+                                                ic, fc, codes, counts, busy, pending, n_pending)
             continue
         if kind == BATCH:
+            # the members of one delivery instant, each delivered (and its dependents tried)
+            # before the next, as the engine's one callback does
             first, n_members = open_batch(now, ic, fc, counts)
             for k in range(n_members):
                 i = codes[(first + k) % codes.shape[0]]
-                if queue_reduce(reduce_s[i], reduce_dev[i], now, dev_free, dev_busy_s, events,
-                                ic, i):
-                    continue
-                t_done[i] = now
-                left -= 1
-                if left == 0:
-                    end_time = now
-                n_pending, open_epoch = _complete(i, pending, 0, waiting, dep_ptr, dep_owner,
-                                                  conn_of, epoch, epoch_left, open_epoch,
-                                                  n_conn)
-                if _try_starts(pending, n_pending, now, busy, head, conn_ptr, members,
-                               on_wire, waiting, epoch, open_epoch, nbytes, net, fl, rs, inst,
-                               ic, events):
-                    solve_pending = True
-                n_pending = 0
+                if not queue_reduce(reduce_s[i], reduce_dev[i], now, dev_free, dev_busy_s,
+                                    events, ic, i):
+                    n_pending, open_epoch = _complete(i, now, t_done, pending, 0, waiting,
+                                                      dep_ptr, dep_owner, conn_of, epoch,
+                                                      epoch_left, open_epoch, n_conn)
+                    solve_pending |= _try_starts(pending, n_pending, now, busy, head, conn_ptr,
+                                                 members, on_wire, waiting, epoch, open_epoch,
+                                                 nbytes, net, fl, rs, inst, ic, events)
+                    n_pending = 0
             close_batch(ic, n_members)
             continue
         if kind == DELIVER:
@@ -178,14 +162,10 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
                             ic, code):
                 continue
         # runner.complete (DELIVER without compute, or COMPUTE)
-        t_done[code] = now
-        left -= 1
-        if left == 0:
-            end_time = now
-        n_pending, open_epoch = _complete(code, pending, n_pending, waiting, dep_ptr, dep_owner,
-                                          conn_of, epoch, epoch_left, open_epoch,
-                                                  n_conn)
+        n_pending, open_epoch = _complete(code, now, t_done, pending, n_pending, waiting,
+                                          dep_ptr, dep_owner, conn_of, epoch, epoch_left,
+                                          open_epoch, n_conn)
 
-    if left > 0:
+    if np.isnan(t_done).any():
         return np.inf, rs[1], dev_busy_s, ic[_SOLVES], t_done
-    return end_time, rs[1], dev_busy_s, ic[_SOLVES], t_done
+    return t_done.max(), rs[1], dev_busy_s, ic[_SOLVES], t_done

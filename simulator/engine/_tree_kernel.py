@@ -16,9 +16,9 @@ import numpy as np
 from numba import njit
 
 from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, close_batch,
-                           deliver, delivering, drain, flow_state, instant_state, open_batch,
-                           queue_reduce, resource_state, scalars, solve, start_flow,
-                           static_users)
+                           delivering, flow_state, instant_state, open_batch, queue_reduce,
+                           released, resource_state, scalars, solve, start_flow, static_users,
+                           wake_up)
 
 
 @njit(cache=True)
@@ -43,7 +43,7 @@ def _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr, chi
 
 
 @njit(cache=True)
-def _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes, done_cnt, tree,
+def _try_starts(pending, n_pending, now, busy, next_seg, on_wire, seg_bytes, done_cnt, tree,
                 net, fl, rs, inst, ic, events):
     """runner.try_start for the connections on the worklist, in order (the engine calls it
     inline; nothing between the calls depends on their order except flow ids, which follow
@@ -62,7 +62,7 @@ def _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes, done_
             continue
         next_seg[c] = s + 1
         busy[c] = True
-        f_seg[c] = s
+        on_wire[c] = c * n_seg + s
         if start_flow(c, seg_bytes[conn_tree[c], s], now, net, fl, rs, inst, ic):
             started = True
         else:
@@ -139,11 +139,10 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     rs = resource_state(n_res)
     inst = instant_state(n_conn, n_res, n_paths)
     ic, fc, events, flows, batches, codes, counts = scalars(path_of, latency, n_conn)
-    done = inst[7]
     busy = np.zeros(n_conn, dtype=np.bool_)
     next_seg = np.zeros(n_conn, dtype=np.int64)
     done_cnt = np.zeros(n_conn, dtype=np.int64)
-    f_seg = np.zeros(n_conn, dtype=np.int64)
+    on_wire = np.zeros(n_conn, dtype=np.int64)
     dev_free = np.zeros(n_devices)
     dev_busy_s = np.zeros(n_devices)
     # try_start worklist: one event adds at most a connection per drained flow, or the
@@ -153,13 +152,11 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     pending[:n_conn] = start_order
     now = 0.0
     solve_pending = False
-    left = n_conn * n_seg
-    end_time = 0.0
+    last_done = 0.0
 
     while True:
-        if _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes, done_cnt,
-                       tree, net, fl, rs, inst, ic, events):
-            solve_pending = True
+        solve_pending |= _try_starts(pending, n_pending, now, busy, next_seg, on_wire, seg_bytes,
+                                     done_cnt, tree, net, fl, rs, inst, ic, events)
         n_pending = 0
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
             solve_pending = False
@@ -172,23 +169,14 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
         if kind == WAKE:
             if code != ic[_WAKE_GEN]:      # stale: a later wake-up superseded it
                 continue
-            n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
-            solve_pending = solve_pending or due
-            for i in range(n_done):       # on_drained of each, in drain order
-                c = done[i]
-                busy[c] = False
-                codes, counts = deliver(np.int64(c * n_seg + f_seg[c]), latency[path_of[c]],
-                                        now, events, batches, ic, fc, codes, counts)
-                pending[n_pending] = c
-                n_pending += 1
+            due, n_pending, codes, counts = wake_up(now, net, fl, rs, inst, ic, fc, flows,
+                                                    events, batches, codes, counts, busy,
+                                                    on_wire, pending, n_pending)
+            solve_pending |= due
             continue
         if kind == ZERO:
-            c = code // n_seg
-            busy[c] = False
-            codes, counts = deliver(code, latency[path_of[c]], now, events, batches, ic, fc,
-                                    codes, counts)
-            pending[n_pending] = c
-            n_pending += 1
+            n_pending, codes, counts = released(code // n_seg, code, now, net, events, batches,
+                                                ic, fc, codes, counts, busy, pending, n_pending)
             continue
         if kind == BATCH:
             # the members of one delivery instant, each delivered (and its dependents tried)
@@ -196,17 +184,14 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
             first, n_members = open_batch(now, ic, fc, counts)
             for k in range(n_members):
                 code = codes[(first + k) % codes.shape[0]]
-                if _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free,
-                              dev_busy_s, events, ic):
-                    continue
-                n_pending = _complete(code // n_seg, pending, 0, done_cnt, tree)
-                left -= 1
-                if left == 0:
-                    end_time = now
-                if _try_starts(pending, n_pending, now, busy, next_seg, f_seg, seg_bytes,
-                               done_cnt, tree, net, fl, rs, inst, ic, events):
-                    solve_pending = True
-                n_pending = 0
+                if not _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free,
+                                  dev_busy_s, events, ic):
+                    n_pending = _complete(code // n_seg, pending, 0, done_cnt, tree)
+                    last_done = now
+                    solve_pending |= _try_starts(pending, n_pending, now, busy, next_seg, on_wire,
+                                                 seg_bytes, done_cnt, tree, net, fl, rs, inst,
+                                                 ic, events)
+                    n_pending = 0
             close_batch(ic, n_members)
             continue
         if kind == DELIVER:
@@ -216,10 +201,8 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
                 continue
         # runner.complete (DELIVER without compute, or COMPUTE)
         n_pending = _complete(code // n_seg, pending, n_pending, done_cnt, tree)
-        left -= 1
-        if left == 0:
-            end_time = now
+        last_done = now
 
-    if left > 0:
+    if done_cnt.sum() < n_conn * n_seg:
         return np.inf, rs[1], dev_busy_s, ic[_SOLVES]
-    return end_time, rs[1], dev_busy_s, ic[_SOLVES]
+    return last_done, rs[1], dev_busy_s, ic[_SOLVES]

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs
-from .tree_pipeline import numba_available
+from .tree_pipeline import numba_available, placed
 
 METHOD = "compiled-events"
 
@@ -41,7 +41,7 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     Returns a :class:`~simulator.engine.fast.FastResult` with ``method="compiled-events"``;
     not applicable (with the reason) when numba is missing.
     """
-    from .fast import FastResult, _Paths, _reduce_totals
+    from .fast import FastResult, _reduce_totals
     from .runner import _connections
 
     if not numba_available():
@@ -65,31 +65,18 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     members = np.argsort(conn_of, kind="stable").astype(np.int64)
     conn_ptr = np.zeros(len(heads) + 1, dtype=np.int64)
     np.cumsum(np.bincount(conn_of, minlength=len(heads)), out=conn_ptr[1:])
-    # routes: one per distinct (src, dst) rank pair
-    p = schedule.total_ranks
-    pair_key = schedule.src[heads].astype(np.int64) * p + schedule.dst[heads]
-    pairs, path_of = np.unique(pair_key, return_inverse=True)
-    paths = _Paths(graph)
-    res_ptr, res_idx, latency = paths.route([nodes[k // p] for k in pairs.tolist()],
-                                            [nodes[k % p] for k in pairs.tolist()])
-    caps = paths.caps()
-    # reductions: duration and device of every reducing transfer
-    devices: dict = {}
-    rank_device = np.asarray([devices.setdefault(v, len(devices)) for v in nodes],
-                             dtype=np.int64)
+    # routes of the connections; device and reduction rate of every rank
+    paths, path_of, res_ptr, res_idx, latency, devices, rank_device, rate = placed(
+        graph, nodes, schedule.src[heads], schedule.dst[heads], reduce_compute)
     nbytes = schedule.transfer_bytes.astype(np.float64)
     dst = schedule.dst.astype(np.int64)
-    rate = np.full(p, np.inf)
-    if reduce_compute:
-        rate = np.asarray([float(graph.nodes[v].get("reduce_bytes_per_s", math.inf))
-                           for v in nodes])
     with np.errstate(divide="ignore", invalid="ignore"):
         reduce_s = np.where(schedule.reduce & np.isfinite(rate[dst]), nbytes / rate[dst], 0.0)
     from ._schedule_kernel import simulate_schedule
 
     time_s, carried, dev_s, solves, _t_done = simulate_schedule(
-        conn_ptr, members, conn_of.astype(np.int64), path_of.astype(np.int64), res_ptr,
-        res_idx, latency, caps, nbytes, reduce_s, rank_device[dst], len(devices), waits,
+        conn_ptr, members, conn_of.astype(np.int64), path_of, res_ptr, res_idx, latency,
+        paths.caps(), nbytes, reduce_s, rank_device[dst], len(devices), waits,
         dep_ptr, dep_owner, epoch, epoch_size)
     if not math.isfinite(time_s):
         return FastResult(math.nan, False, "the compiled simulation made no progress (a "

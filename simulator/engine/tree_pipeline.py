@@ -109,6 +109,33 @@ def _connections(trees, collective: str):
     return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
 
 
+def placed(graph: nx.DiGraph, nodes: list, src: np.ndarray, dst: np.ndarray,
+           reduce_compute: bool):
+    """What the compiled kernels need of a placement: routes (one per distinct (src, dst) rank
+    pair; ``path_of`` maps each connection to its pair's) and every rank's device and
+    reduction rate (``inf``: free).
+
+    Returns ``(paths, path_of, res_ptr, res_idx, latency, devices, rank_device, rank_rate)``
+    with ``paths`` the :class:`~simulator.engine.fast._Paths` (resource keys and capacities)
+    and ``devices`` the device names in index order."""
+    from .fast import _Paths
+
+    p = len(nodes)
+    pairs, path_of = np.unique(np.asarray(src, dtype=np.int64) * p + dst,
+                               return_inverse=True)
+    paths = _Paths(graph)
+    res_ptr, res_idx, latency = paths.route([nodes[k // p] for k in pairs.tolist()],
+                                            [nodes[k % p] for k in pairs.tolist()])
+    index: dict = {}
+    rank_device = np.asarray([index.setdefault(v, len(index)) for v in nodes], dtype=np.int64)
+    rank_rate = np.full(p, np.inf)
+    if reduce_compute:
+        rank_rate = np.asarray([float(graph.nodes[v].get("reduce_bytes_per_s", math.inf))
+                                for v in nodes])
+    return (paths, path_of.astype(np.int64), res_ptr, res_idx, latency, list(index),
+            rank_device, rank_rate)
+
+
 def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm: str,
                        size_bytes: int, gpus: int, options: dict | None = None,
                        reduce_compute: bool = True):
@@ -117,7 +144,7 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     Returns a :class:`~simulator.engine.fast.FastResult` with ``method="tree-pipeline"``; not
     applicable (with the reason) for other algorithms or when numba is missing.
     """
-    from .fast import FastResult, _Paths
+    from .fast import FastResult
 
     options = dict(options or {})
     method = "tree-pipeline"
@@ -145,22 +172,9 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     conn_src = np.where(conn_kind == 0, conn_child, parent[conn_tree, conn_child])
     conn_dst = np.where(conn_kind == 0, parent[conn_tree, conn_child], conn_child)
 
-    # routes: one per distinct (src, dst) rank pair; a connection's path id is its pair's
-    pair_key = conn_src * p + conn_dst
-    pairs, path_of = np.unique(pair_key, return_inverse=True)
-    paths = _Paths(graph)
-    res_ptr, res_idx, latency = paths.route([nodes[k // p] for k in pairs.tolist()],
-                                            [nodes[k % p] for k in pairs.tolist()])
+    paths, path_of, res_ptr, res_idx, latency, devices, rank_device, rank_rate = placed(
+        graph, nodes, conn_src, conn_dst, reduce_compute)
     caps = paths.caps()
-
-    # reduction: rate and FIFO queue (device) of every rank
-    devices: dict = {}
-    rank_device = np.asarray([devices.setdefault(n, len(devices)) for n in nodes],
-                             dtype=np.int64)
-    rank_rate = np.full(p, np.inf)
-    if reduce_compute:
-        rank_rate = np.asarray([float(graph.nodes[n].get("reduce_bytes_per_s", math.inf))
-                                for n in nodes])
 
     # per tree and rank: its up and down connection (-1: none), and its children (CSR)
     n_trees = len(trees)
@@ -182,15 +196,14 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
 
     kernel = _kernel()
     time_s, carried, reduce_dev_s, solves = kernel(
-        conn_tree, conn_child, conn_kind, path_of.astype(np.int64), res_ptr, res_idx, latency,
-        caps, seg_bytes, parent, roots, child_ptr, child_idx, up_conn, down_conn,
-        rank_device, rank_rate, len(devices), start_order)
+        conn_tree, conn_child, conn_kind, path_of, res_ptr, res_idx, latency, caps, seg_bytes,
+        parent, roots, child_ptr, child_idx, up_conn, down_conn, rank_device, rank_rate,
+        len(devices), start_order)
     if not math.isfinite(time_s):
         return FastResult(math.nan, False, "the compiled simulation made no progress (a "
                           "dependency never arrived)", method)
     links = paths.table(carried)
-    device_names = list(devices)
-    reduce_s = tuple(sorted((device_names[d], float(s)) for d, s in enumerate(reduce_dev_s)
+    reduce_s = tuple(sorted((devices[d], float(s)) for d, s in enumerate(reduce_dev_s)
                             if s > 0))
     phases = (collective in UP_COLLECTIVES) + (collective in DOWN_COLLECTIVES)
     bytes_sent = float(seg_bytes.sum()) * (p - 1) * phases
