@@ -34,14 +34,27 @@ RANKS = [8, 64, 256, 1024, 4096, 16384]
 SIZE = 256 << 20
 #: Event engine guards (checked before a point starts): its schedule and dependency graph are
 #: built in full, chunk by chunk, and the machine must keep them in memory.
-MAX_EVENT_TRANSFERS = 10_000_000
+#: The event engine keeps ~570 bytes per transfer (ring, N=1,024: 2.1 M transfers, 1.2 GiB
+#: peak): beyond 3.5 M transfers a point would pass the 2 GiB memory target.
+MAX_EVENT_TRANSFERS = 3_500_000
 MAX_EVENT_ACCESSES = 60_000_000
+#: The double binary tree's segments per tree at 256 MiB (NCCL's 512 KiB segments).
+DBT_SEGMENTS = (SIZE // 2) // (512 << 10)
+
+
+def event_transfers(algorithm: str, n: int) -> int:
+    """Transfers the event engine would keep for ``algorithm`` on ``n`` ranks."""
+    return {"ring": 2 * n * (n - 1), "double_binary_tree": 4 * (n - 1) * DBT_SEGMENTS,
+            "tree": 2 * (n - 1), "ps": 2 * n,
+            "halving_doubling": 2 * n * max(1, (n - 1).bit_length())}[algorithm]
 
 
 def event_guard(algorithm: str, n: int) -> str:
     """Why the event engine is not tried at ``n`` ranks ('' when it is)."""
-    if algorithm == "ring" and 2 * n * (n - 1) > MAX_EVENT_TRANSFERS:
-        return f"{2 * n * (n - 1):,} transfers"
+    transfers = event_transfers(algorithm, n)
+    if transfers > MAX_EVENT_TRANSFERS:
+        return (f"{transfers:,} transfers: over the 2 GiB memory target "
+                f"(~570 B per transfer)")
     if algorithm == "halving_doubling" and 4 * n * n > MAX_EVENT_ACCESSES:
         return f"~{4 * n * n:,} chunk accesses in the dependency graph"
     if algorithm == "ps" and n * n > MAX_EVENT_ACCESSES:
@@ -96,6 +109,12 @@ def run_point(algorithm: str, n: int, engine: str, budget_s: float) -> dict:
     return record
 
 
+#: The machine-speed reference, run at the start and the end of a sweep: these shared 2-core
+#: machines vary by up to 3x in speed from hour to hour, so absolute wall times are only
+#: comparable between runs through it (the table of the previous round had 0.43 s for it).
+REFERENCE = ("ring", 256, "event")
+
+
 def sweep(algorithms, ranks, budget_s, log=print) -> list[dict]:
     records = []
     for algorithm in algorithms:
@@ -128,7 +147,7 @@ def add_parity(frame):
     """Relative difference |fast - event| / event of the simulated time, per point."""
     import numpy as np
 
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[(frame["status"] == "ok") & (frame["engine"] != "reference")]
     event = ok[ok["engine"] == "event"].set_index(["algorithm", "gpus"])["sim_time_s"]
     fast = ok[ok["engine"] == "fast"].set_index(["algorithm", "gpus"])["sim_time_s"]
     both = event.index.intersection(fast.index)
@@ -160,12 +179,13 @@ def markdown(frame) -> str:
             return "not tried"
         return {"skipped": "skipped", "error": "error"}.get(status, status)
 
+    frame = frame[frame["engine"] != "reference"]
     for (algorithm, n), group in frame.groupby(["algorithm", "gpus"], sort=False):
         recs = {r["engine"]: r for r in group.to_dict("records")}
         ev, fa = recs.get("event"), recs.get("fast")
         rel = group["fast_vs_event_rel"].dropna()
         both_ok = ev is not None and fa is not None and ev["status"] == fa["status"] == "ok"
-        ratio = f"{ev['wall_s'] / fa['wall_s']:.0f}x" if both_ok and fa["wall_s"] > 0 else "-"
+        ratio = f"{ev['wall_s'] / fa['wall_s']:.3g}x" if both_ok and fa["wall_s"] > 0 else "-"
         lines.append(f"| {algorithm} | {n} | {cell(ev, 'wall_s', '{:.3f}')} | "
                      f"{cell(ev, 'peak_rss_mib', '{:.0f}')} | {cell(fa, 'wall_s', '{:.3f}')} | "
                      f"{cell(fa, 'peak_rss_mib', '{:.0f}')} | "
@@ -182,7 +202,7 @@ def plot(frame, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     colours = dict(zip(ALGORITHMS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[(frame["status"] == "ok") & (frame["engine"] != "reference")]
     for (algorithm, engine), group in ok.groupby(["algorithm", "engine"], sort=False):
         ax.plot(group["gpus"], group["wall_s"], marker="o" if engine == "fast" else "s",
                 linestyle="-" if engine == "fast" else "--",
@@ -216,7 +236,11 @@ def main() -> None:
     import pandas as pd
 
     started = time.perf_counter()
+    reference = [run_point(*REFERENCE, args.budget)]
     records = sweep(args.algorithms, args.ranks, args.budget)
+    reference.append(run_point(*REFERENCE, args.budget))
+    ref_s = [r.get("wall_s", math.nan) for r in reference]
+    records += [dict(r, engine="reference") for r in reference]
     frame = add_parity(pd.DataFrame(records))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,6 +254,8 @@ def main() -> None:
     print()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; total {time.perf_counter() - started:.0f} s")
+    print(f"speed reference ({' '.join(map(str, REFERENCE))}): {ref_s[0]:.2f} s at the start, "
+          f"{ref_s[1]:.2f} s at the end (0.43 s in the previous round's table)")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from simulator import theory
 from simulator.cli import main
 from simulator.collective import default_options, placement, run_collective
 from simulator.engine.fast import (
-    NotApplicable,
     _epoch_dependencies,
     aligned_time,
     fast_collective,
@@ -244,13 +243,17 @@ def test_ring_symmetric_matches_step_synchronous(p):
                         rel_tol=1e-9)
 
 
-def test_uneven_ring_uses_the_schedule():
+def test_uneven_ring_uses_the_recurrence():
+    """Chunks of 76 and 77 bytes: the symmetric ring declines, the ring recurrence times it
+    without the schedule (the same time as the closed form with the largest chunk)."""
     g = star(13)
     result, schedule = fast_collective(g, "allreduce", "ring", 1000, 13, placement(g, 13))
-    assert result.applicable and schedule is not None
-    assert "chunks differ" not in result.reason
+    assert result.applicable and schedule is None and result.method == "ring-recurrence"
     assert math.isclose(result.time_s, theory.ring_allreduce(13, 1000, 2 * LAT, 1 / BW),
                         rel_tol=1e-9)
+    assert result.bytes_sent == 2 * 12 * 1000
+    event, fast = event_and_fast(g, "allreduce", 1000, 13)
+    assert_exact(event, fast)
 
 
 @pytest.mark.parametrize("algorithm,formula", [
@@ -271,8 +274,12 @@ def test_ps_4096_workers_equals_closed_form():
 
 
 def test_too_large_schedule_is_refused_before_it_is_built():
-    with pytest.raises(SimulationError, match="too many to build"):
-        run_collective(star(16384), "allreduce", "ring", (256 << 20) + 1, engine="auto")
+    """Two lockstep channels reducing on every rank: the ring shortcuts decline (also with
+    chunks of unequal sizes), and the 1.07 G-transfer schedule is not built."""
+    g = star(16384, reduce_bandwidth="50GB/s")
+    for size in (256 << 20, (256 << 20) + 1):
+        with pytest.raises(SimulationError, match="too many to build.*ring shortcuts do not"):
+            run_collective(g, "allreduce", "ring", size, engine="auto", channels=2)
 
 
 # -- building blocks ----------------------------------------------------------------------------
@@ -332,7 +339,7 @@ def test_fast_time_reports_why_not():
     assert "FIFO connection" in result.reason
 
 
-# -- API and CLI ------------------------------------------------------------------------------------
+# -- API and CLI -----------------------------------------------------------------------------------
 def test_unknown_engine_and_fast_with_shared_engine_are_rejected():
     with pytest.raises(ConfigError, match="unknown engine"):
         run_collective(star(4), "allreduce", "ring", 1 << 20, engine="quick")
@@ -381,7 +388,7 @@ def test_cli_engine_auto_reports_each_engine(capsys):
     assert capsys.readouterr().out.strip().splitlines()[1].endswith(want)
 
 
-# -- training with the fast collective engine -------------------------------------------------------
+# -- training with the fast collective engine ------------------------------------------------------
 def test_training_fast_collectives_equal_event():
     from simulator.workload.energy import energy_columns
     from simulator.workload.models import get_model
@@ -556,3 +563,139 @@ def test_ring_recurrence_16384_ranks():
     reduce_Bps = g.nodes["n0.gpu0"]["reduce_bytes_per_s"]
     assert result.time_s <= (2 * (p - 1) * inter_s + (p - 1) * chunk / reduce_Bps) * (1 + 1e-9)
     assert result.bytes_sent == 2 * (p - 1) * chunk * p
+    # 12 bytes more: 12 chunks one byte larger. Every duration grows by at most one byte's
+    # worth, and a path through the recurrence has at most 2(p-1) transfers.
+    uneven = ring_time(g, placement(g, p), "allreduce", size + 12, local_ranks=8)
+    assert uneven.applicable and uneven.method == "ring-recurrence"
+    assert result.time_s <= uneven.time_s
+    assert uneven.time_s <= result.time_s + 2 * (p - 1) * (1 / nic_Bps + 1 / reduce_Bps) * 1.01
+    assert uneven.bytes_sent == 2 * (p - 1) * (size + 12)
+
+
+# -- ring recurrence with chunks of different sizes ---------------------------------------------
+def uneven_sizes(p):
+    """Sizes not divisible by ``p``: odd, 25 MiB + 12 bytes, and below ``p`` (0-byte chunks)."""
+    return [1000003, (25 << 20) + 12, p // 2 + 1]
+
+
+@pytest.mark.parametrize("nodes,gpus_per_node", [(2, 4), (3, 8), (4, 4), (2, 8)])
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "allgather"])
+@pytest.mark.parametrize("reduce_compute", [True, False])
+def test_ring_recurrence_unequal_chunks_equals_event_on_gpu_cluster(nodes, gpus_per_node,
+                                                                    collective, reduce_compute):
+    """Chunks of two sizes (``split_bytes``), or 0 and 1 bytes: per-step bytes rotate with the
+    chunk each connection forwards; the recurrence stays exact."""
+    g = cluster(nodes, gpus_per_node)
+    p = nodes * gpus_per_node
+    for size in uneven_sizes(p):
+        assert size % p
+        result = ring_time(g, placement(g, p), collective, size,
+                           reduce_compute=reduce_compute)
+        assert result.applicable and result.method == "ring-recurrence"
+        event, fast = event_and_fast(g, collective, size, p, reduce_compute=reduce_compute)
+        assert_exact(event, fast)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter", "allgather"])
+def test_ring_recurrence_unequal_chunks_on_two_dgx_a100(collective):
+    g = load_topology("dgx-a100-2node")
+    for size in uneven_sizes(16):
+        for reduce_compute in (True, False):
+            event, fast = event_and_fast(g, collective, size, 16, channels=1,
+                                         reduce_compute=reduce_compute)
+            assert_exact(event, fast)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter"])
+def test_ring_recurrence_unequal_chunks_with_slow_reductions(collective):
+    """Reductions slower than the wire on a leaf-spine fabric, chunks of unequal sizes."""
+    g = cluster(4, 4, reduce_bandwidth="4GB/s", fabric="fat_tree", nics_per_leaf=2, spines=1)
+    for size in (16 * 40960 + 7, 1000003, 13):
+        event, fast = event_and_fast(g, collective, size, 16)
+        assert_exact(event, fast)
+
+
+@pytest.mark.parametrize("size", [3, 43, 1000003])
+@pytest.mark.parametrize("collective", ["allreduce", "reduce_scatter"])
+def test_ring_recurrence_every_transfer_completes_as_in_the_engine(monkeypatch, size,
+                                                                   collective):
+    """Step by step, every connection's completion equals the engine's for that transfer.
+    With reductions of 0.5 s a byte a 0-byte chunk overtakes the reductions queued on its
+    receiver: the engine does not queue it (it completes on delivery) and the queue frees at
+    the last real reduction, not at the previous completion."""
+    import simulator.engine.fast as fast_module
+    from simulator.schedules.ring import ring_order
+
+    steps_done = []
+    one_step = fast_module._ring_steps
+
+    def stepwise(drain, done, start, xfer_s, latency_s, reduce_s, steps, *, first_offset=0,
+                 **kw):
+        for k in range(steps):
+            one_step(drain, done, start, xfer_s, latency_s, reduce_s, 1,
+                     first_offset=first_offset - k, **kw)
+            steps_done.append(done[0].copy())
+
+    monkeypatch.setattr(fast_module, "_ring_steps", stepwise)
+    g = cluster(2, 4, reduce_bandwidth="2B/s")
+    p = 8
+    event = run_collective(g, collective, "ring", size, gpus=p)
+    fast = run_collective(g, collective, "ring", size, gpus=p, engine="fast")
+    assert fast.fast.method == "ring-recurrence"
+    assert np.array_equal(ring_order(p, 0, 4), np.arange(p))   # position = rank
+    s = event.schedule
+    assert len(steps_done) == s.steps
+    want = event.run.t_done
+    got = np.array(steps_done)[s.step, s.src]
+    assert np.allclose(got, want, rtol=1e-12, atol=0)
+    assert math.isclose(fast.row["time_s"], event.row["time_s"], rel_tol=1e-12)
+
+
+def test_ring_recurrence_unequal_chunks_lockstep_channels():
+    """Two channels in one rank order with equal parts (chunks of two sizes, the same in both)
+    run in lockstep: one flow of weight 2. Parts one byte apart do not: they share every
+    resource, and the recurrence declines (auto equals event)."""
+    g = cluster(2, 4)
+    size = 2 * 1000003
+    for collective, opts in (("allgather", {}), ("allreduce", {"reduce_compute": False})):
+        event, fast = event_and_fast(g, collective, size, 8, channels=2, local_ranks=1, **opts)
+        assert_exact(event, fast)
+    result = ring_time(g, placement(g, 8), "allgather", size + 1, channels=2, local_ranks=1)
+    assert not result.applicable and "shares every resource" in result.reason
+    assert "chunks differ" in result.reason
+    event, _auto = both(g, "ring", size + 1, 8, collective="allgather", channels=2,
+                        local_ranks=1)
+    assert_compiled(event, g, "ring", size + 1, 8, collective="allgather", channels=2,
+                    local_ranks=1)
+
+
+def test_training_ring_buckets_use_the_recurrence(monkeypatch):
+    """DDP buckets of arbitrary sizes (sums of layer gradients): each bucket's ring is timed by
+    the recurrence (no schedule), and the iteration equals the event engine's."""
+    import simulator.engine.fast as fast_module
+    from simulator.workload.models import get_model
+    from simulator.workload.sweep import _profile
+    from simulator.workload.training import simulate_training
+
+    g = cluster(3, 8)
+    prof = _profile("resnet50", "a100-sxm4-40gb", 32, "fp32", None)
+    grads = [layer.params * 4 for layer in get_model("resnet50").layers]
+    kw = {"gpus": 24, "batch_per_gpu": 32, "aggregation": "ring", "model_name": "resnet50",
+          "gradient_bytes": grads}
+    seen = []
+    inner = fast_module.fast_collective
+
+    def recording(graph, collective, algorithm, size_bytes, *args, **kwargs):
+        result, schedule = inner(graph, collective, algorithm, size_bytes, *args, **kwargs)
+        seen.append((size_bytes, result.method, schedule))
+        return result, schedule
+
+    monkeypatch.setattr(fast_module, "fast_collective", recording)
+    auto = simulate_training(g, prof, collective_engine="auto", **kw).row
+    event = simulate_training(g, prof, collective_engine="event", **kw).row
+    assert seen and any(size % 24 for size, _m, _s in seen)     # unequal chunks
+    assert all(method == "ring-recurrence" and sched is None for _z, method, sched in seen)
+    for key in ("iteration_s", "comm_busy_s", "exposed_comm_s", "bottleneck_utilisation",
+                "wire_bytes_per_iteration"):
+        assert math.isclose(auto[key], event[key], rel_tol=1e-9, abs_tol=1e-15), key
+    assert auto["bottleneck_link"] == event["bottleneck_link"]
