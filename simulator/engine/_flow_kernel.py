@@ -408,6 +408,16 @@ def _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic):
 
 
 @njit(cache=True)
+def _bottleneck_of_some(r, user_ptr, user_idx, f_active, f_bneck):
+    """Whether resource ``r`` is the recorded bottleneck of an active flow."""
+    for k in range(user_ptr[r], user_ptr[r + 1]):
+        u = user_idx[k]
+        if f_active[u] and f_bneck[u] == r:
+            return True
+    return False
+
+
+@njit(cache=True)
 def _alone_rate(c, pid, res_ptr, res_idx, caps, n_on, f_bneck):
     """The rate of a flow alone on every resource of its path (its smallest capacity, which
     is its bottleneck); 0 when it shares one."""
@@ -463,10 +473,20 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
                 continue
         f_tlast[c] = now
         _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows)
+    # A departure that nothing replaced frees capacity on its resources; it changes no rate
+    # unless some active flow there is bottlenecked on that resource (the others keep their
+    # bottlenecks elsewhere, untouched), so only such resources are dirty. (A flow that
+    # arrived at this instant without a rate has its whole path dirty already, above.)
     for i in range(ic[_N_DEP]):
         pid = dep_list[i]
         if dep_count[pid] > 0:
-            _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic)
+            for k in range(res_ptr[pid], res_ptr[pid + 1]):
+                r = res_idx[k]
+                if not r_dirty[r] and _bottleneck_of_some(r, user_ptr, user_idx, f_active,
+                                                           f_bneck):
+                    r_dirty[r] = True
+                    dirty[ic[_N_DIRTY]] = r
+                    ic[_N_DIRTY] += 1
         dep_count[pid] = 0
         dep_touched[pid] = False
     ic[_N_DEP] = 0
