@@ -74,7 +74,7 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
         reduce_s = np.where(schedule.reduce & np.isfinite(rate[dst]), nbytes / rate[dst], 0.0)
     from ._schedule_kernel import simulate_schedule
 
-    time_s, carried, dev_s, solves, _t_done = simulate_schedule(
+    time_s, carried, _dev_s, solves, _t_done = simulate_schedule(
         conn_ptr, members, conn_of.astype(np.int64), path_of, res_ptr, res_idx, latency,
         paths.caps(), nbytes, reduce_s, rank_device[dst], len(devices), waits,
         dep_ptr, dep_owner, epoch, epoch_size)

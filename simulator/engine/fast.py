@@ -952,6 +952,20 @@ class _RingPlan:
         chunk = int(self.parts[0]) // self.p
         return chunk if np.all(self.parts == chunk * self.p) else None
 
+    def check_one_reduction_per_device(self) -> None:
+        """NotApplicable when a device reduces several chunks per step (several channels into
+        one rank, or ranks sharing a device): the order its FIFO compute queue serves them in
+        decides when each completes, which neither ring shortcut models."""
+        reducing = np.isfinite(self.reduce_rate) & (np.repeat(self.parts, self.p) > 0)
+        if not self.rs_steps or not reducing.any():
+            return
+        device_of = {d: i for i, d in enumerate(sorted(set(self.nodes)))}
+        receiver = np.array([device_of[self.nodes[d]] for d in self.dst[reducing].tolist()])
+        if np.any(np.bincount(receiver) > 1):
+            raise NotApplicable("a device reduces several chunks per step (channels, or ranks "
+                                "sharing it): the order its compute queue serves them in "
+                                "decides when they complete")
+
     def chunk_sizes(self, channels) -> np.ndarray:
         """Chunk sizes of ``channels`` (rows), as ``split_bytes`` cuts each channel's part."""
         parts = self.parts[np.asarray(channels)]
@@ -1057,11 +1071,8 @@ def _ring(plan: _RingPlan) -> FastResult:
     delivered = drain + plan.latency_s
     t_rs = t_ag = 0.0
     if plan.rs_steps:
-        dur = chunk / plan.reduce_rate
-        if np.any((dur > 0) & (np.bincount(plan.dst, minlength=plan.p)[plan.dst] > 1)):
-            raise NotApplicable("a rank reduces several channels' chunks per step (its "
-                                "compute queue orders them)")
-        t_rs = _same_instant(delivered + dur)
+        plan.check_one_reduction_per_device()
+        t_rs = _same_instant(delivered + chunk / plan.reduce_rate)
     if plan.ag_steps:
         t_ag = _same_instant(delivered)
     return plan.result(plan.rs_steps * t_rs + plan.ag_steps * t_ag, method, solves)
@@ -1099,15 +1110,8 @@ def _ring_recurrence(plan: _RingPlan) -> FastResult:
             first[key] = len(rows)
             rows.append(c)
             weight.append(1)
+    plan.check_one_reduction_per_device()
     reducing = np.isfinite(plan.reduce_rate) & (np.repeat(plan.parts, p) > 0)
-    if plan.rs_steps and reducing.any():
-        device_names = sorted(set(plan.nodes))
-        device_of = {d: i for i, d in enumerate(device_names)}
-        receiver = np.array([device_of[plan.nodes[d]] for d in plan.dst[reducing].tolist()])
-        if np.any(np.bincount(receiver) > 1):
-            raise NotApplicable("a device reduces several chunks per step (channels, or ranks "
-                                "sharing it): the order its compute queue serves them in "
-                                "decides when they complete")
     conn = (np.asarray(rows)[:, None] * p + np.arange(p)[None, :]).ravel()
     r_ptr, r_res = _gather_csr(plan.ptr, plan.res, conn)
     rate = _fixed_rates(r_ptr, r_res, np.repeat(np.asarray(weight, dtype=np.float64), p),
@@ -1259,9 +1263,11 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
                     gpus: int, placement, *, slices: int = 1, reduce_compute: bool = True,
                     options: dict | None = None, schedule: Schedule | None = None):
     """Fast time of one collective over ``gpus`` worker ranks placed on ``placement`` (workers,
-    then dedicated servers): the symmetric ring or the ring recurrence when one applies (ring,
-    ``slices=1``; the schedule is not built), else the step-synchronous analysis of the
-    schedule (built here with ``make_schedule`` unless given).
+    then dedicated servers), in this order: the symmetric ring or the ring recurrence (ring,
+    ``slices=1``; the schedule is not built); the compiled tree pipeline (pipelined ``tree``
+    and ``double_binary_tree``); the aligned-steps analysis of the schedule (built here with
+    ``make_schedule`` unless given); the compiled event simulation of the schedule (numba);
+    without numba, the step-synchronous analysis.
 
     Returns ``(FastResult, schedule)``; ``schedule`` is None when it was never built.
     """
