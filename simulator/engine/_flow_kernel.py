@@ -122,7 +122,7 @@ def scalars(path_of, latency, n_conn):
             np.empty(256, dtype=np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def take_users(r, user_ptr, user_idx, path_of, res_ptr, res_idx, f_active, f_seen, r_seen,
                flows_out, n_flows, res_out, n_res):
     """Append the active flows on resource ``r`` not taken yet to ``flows_out`` (marking them in
@@ -144,7 +144,7 @@ def take_users(r, user_ptr, user_idx, path_of, res_ptr, res_idx, f_active, f_see
     return n_flows, n_res
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _tally(r, user_ptr, user_idx, f_active, f_rate, f_seen, cand, r_load, r_top):
     """Load and fastest rate of resource ``r`` into ``r_load[r]`` and ``r_top[r]``, with the
     candidate rates ``cand`` for the flows being re-solved (marked in ``f_seen``)."""
@@ -161,7 +161,7 @@ def _tally(r, user_ptr, user_idx, f_active, f_rate, f_seen, cand, r_load, r_top)
     r_top[r] = top
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _bottleneck(c, rate, path_of, res_ptr, res_idx, caps, user_ptr, user_idx, f_active,
                 f_rate, f_seen, cand, r_seen, r_load, r_top):
     """A bottleneck of flow ``c`` at ``rate``: a resource on its path that is saturated and
@@ -368,7 +368,7 @@ def arm(flows, f_version, events, now, ic, fc):
     fc[_T_WAKE] = t
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def start_flow(c, size, now, net, fl, rs, inst, ic):
     """FlowNetwork.start for connection ``c``: a new flow id, and the flow joins the instant's
     arrivals (its rate comes from the coalesced solve). Returns False for a flow that drains at
@@ -398,6 +398,16 @@ def start_flow(c, size, now, net, fl, rs, inst, ic):
 
 
 @njit(cache=True)
+def push_zero(zero, n_zero, now, ic, events):
+    """The ZERO events (drained at once: no bytes or no resources) of the transfers a try_start
+    round found, in its order: event ids as if each had been pushed when it started (nothing
+    else creates events during a round)."""
+    for k in range(n_zero):
+        ic[_EID] += 1
+        heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO), zero[k]))
+
+
+@njit(cache=True, _nrt=False)
 def _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic):
     for k in range(res_ptr[pid], res_ptr[pid + 1]):
         r = res_idx[k]
@@ -407,7 +417,7 @@ def _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic):
             ic[_N_DIRTY] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _bottleneck_of_some(r, user_ptr, user_idx, f_active, f_bneck):
     """Whether resource ``r`` is the recorded bottleneck of an active flow."""
     for k in range(user_ptr[r], user_ptr[r + 1]):
@@ -417,7 +427,7 @@ def _bottleneck_of_some(r, user_ptr, user_idx, f_active, f_bneck):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _alone_rate(c, pid, res_ptr, res_idx, caps, n_on, f_bneck):
     """The rate of a flow alone on every resource of its path (its smallest capacity, which
     is its bottleneck); 0 when it shares one."""

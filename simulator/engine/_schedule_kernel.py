@@ -13,18 +13,20 @@ import heapq
 import numpy as np
 from numba import njit
 
-from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, close_batch,
-                           delivering, flow_state, instant_state, open_batch, queue_reduce,
-                           released, resource_state, scalars, solve, start_flow, static_users,
-                           wake_up)
+from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _SOLVES, _WAKE_GEN, close_batch,
+                           delivering, flow_state, instant_state, open_batch, push_zero,
+                           queue_reduce, released, resource_state, scalars, solve, start_flow,
+                           static_users, wake_up)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _try_starts(pending, n_pending, now, busy, head, conn_ptr, members, on_wire, waiting, epoch,
-                open_epoch, nbytes, net, fl, rs, inst, ic, events):
+                open_epoch, nbytes, net, fl, rs, inst, ic, zero):
     """runner.try_start for the connections on the worklist, in order. Returns whether a flow
-    started (a solve is due)."""
+    started (a solve is due) and how many transfers drain at once (no bytes: their indices are
+    in ``zero``, for the caller's ZERO events)."""
     started = False
+    n_zero = 0
     for k in range(n_pending):
         c = pending[k]
         if busy[c] or head[c] == conn_ptr[c + 1]:
@@ -38,12 +40,12 @@ def _try_starts(pending, n_pending, now, busy, head, conn_ptr, members, on_wire,
         if start_flow(c, nbytes[i], now, net, fl, rs, inst, ic):
             started = True
         else:
-            ic[_EID] += 1
-            heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO), np.int64(i)))
-    return started
+            zero[n_zero] = i
+            n_zero += 1
+    return started, n_zero
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _complete(i, now, t_done, pending, n_pending, waiting, dep_ptr, dep_owner, conn_of, epoch,
               epoch_left, open_epoch, n_conn):
     """runner.complete of transfer ``i`` at ``now``: its dependents' connections join the
@@ -109,15 +111,18 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
     # try_start worklist: one event adds a connection per drained flow, or the connections a
     # completion releases (its dependents', and all of them when an epoch opens)
     pending = np.empty(2 * n_conn + max_fanout + 2, dtype=np.int64)
+    zero = np.empty(pending.shape[0], dtype=np.int64)   # transfers of no bytes, per round
     n_pending = n_conn
     pending[:n_conn] = np.arange(n_conn)
     now = 0.0
     solve_pending = False
 
     while True:
-        solve_pending |= _try_starts(pending, n_pending, now, busy, head, conn_ptr, members,
-                                     on_wire, waiting, epoch, open_epoch, nbytes, net, fl, rs,
-                                     inst, ic, events)
+        started, n_zero = _try_starts(pending, n_pending, now, busy, head, conn_ptr, members,
+                                      on_wire, waiting, epoch, open_epoch, nbytes, net, fl, rs,
+                                      inst, ic, zero)
+        solve_pending |= started
+        push_zero(zero, n_zero, now, ic, events)
         n_pending = 0
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
             solve_pending = False
@@ -150,9 +155,12 @@ def simulate_schedule(conn_ptr, members, conn_of, path_of, res_ptr, res_idx, lat
                     n_pending, open_epoch = _complete(i, now, t_done, pending, 0, waiting,
                                                       dep_ptr, dep_owner, conn_of, epoch,
                                                       epoch_left, open_epoch, n_conn)
-                    solve_pending |= _try_starts(pending, n_pending, now, busy, head, conn_ptr,
-                                                 members, on_wire, waiting, epoch, open_epoch,
-                                                 nbytes, net, fl, rs, inst, ic, events)
+                    started, n_zero = _try_starts(pending, n_pending, now, busy, head,
+                                                  conn_ptr, members, on_wire, waiting, epoch,
+                                                  open_epoch, nbytes, net, fl, rs, inst, ic,
+                                                  zero)
+                    solve_pending |= started
+                    push_zero(zero, n_zero, now, ic, events)
                     n_pending = 0
             close_batch(ic, n_members)
             continue

@@ -15,13 +15,13 @@ import heapq
 import numpy as np
 from numba import njit
 
-from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _EID, _SOLVES, _WAKE_GEN, close_batch,
-                           delivering, flow_state, instant_state, open_batch, queue_reduce,
-                           released, resource_state, scalars, solve, start_flow, static_users,
-                           wake_up)
+from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _SOLVES, _WAKE_GEN, close_batch,
+                           delivering, flow_state, instant_state, open_batch, push_zero,
+                           queue_reduce, released, resource_state, scalars, solve, start_flow,
+                           static_users, wake_up)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx,
            up_conn, down_conn, done_cnt, has_up):
     """Whether segment ``s`` of connection ``c`` has all its data-flow predecessors done."""
@@ -42,16 +42,18 @@ def _ready(c, s, conn_tree, conn_child, conn_kind, parent, roots, child_ptr, chi
     return done_cnt[down_conn[t, par]] > s
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _try_starts(pending, n_pending, now, busy, next_seg, on_wire, seg_bytes, done_cnt, tree,
-                net, fl, rs, inst, ic, events):
+                net, fl, rs, inst, ic, zero):
     """runner.try_start for the connections on the worklist, in order (the engine calls it
     inline; nothing between the calls depends on their order except flow ids, which follow
-    this order too). Returns whether a flow started (a solve is due)."""
+    this order too). Returns whether a flow started (a solve is due) and how many transfers
+    drain at once (no bytes: their codes are in ``zero``, for the caller's ZERO events)."""
     conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx, up_conn, \
         down_conn, has_up = tree
     n_seg = seg_bytes.shape[1]
     started = False
+    n_zero = 0
     for i in range(n_pending):
         c = pending[i]
         if busy[c] or next_seg[c] >= n_seg:
@@ -66,13 +68,12 @@ def _try_starts(pending, n_pending, now, busy, next_seg, on_wire, seg_bytes, don
         if start_flow(c, seg_bytes[conn_tree[c], s], now, net, fl, rs, inst, ic):
             started = True
         else:
-            ic[_EID] += 1
-            heapq.heappush(events, (now, ic[_EID], np.int64(0), np.int64(ZERO),
-                                    np.int64(c * n_seg + s)))
-    return started
+            zero[n_zero] = c * n_seg + s
+            n_zero += 1
+    return started, n_zero
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _complete(c, pending, n_pending, done_cnt, tree):
     """runner.complete of connection ``c``'s oldest segment in flight: the connections whose
     next segment may now be ready join the worklist. Returns the worklist length."""
@@ -148,6 +149,7 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     # try_start worklist: one event adds at most a connection per drained flow, or the
     # connections a completion unblocks
     pending = np.empty(n_conn + max_fanout + 2, dtype=np.int64)
+    zero = np.empty(pending.shape[0], dtype=np.int64)   # transfers of no bytes, per round
     n_pending = n_conn
     pending[:n_conn] = start_order
     now = 0.0
@@ -155,8 +157,10 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     last_done = 0.0
 
     while True:
-        solve_pending |= _try_starts(pending, n_pending, now, busy, next_seg, on_wire, seg_bytes,
-                                     done_cnt, tree, net, fl, rs, inst, ic, events)
+        started, n_zero = _try_starts(pending, n_pending, now, busy, next_seg, on_wire,
+                                      seg_bytes, done_cnt, tree, net, fl, rs, inst, ic, zero)
+        solve_pending |= started
+        push_zero(zero, n_zero, now, ic, events)
         n_pending = 0
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
             solve_pending = False
@@ -188,9 +192,11 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
                                   dev_busy_s, events, ic):
                     n_pending = _complete(code // n_seg, pending, 0, done_cnt, tree)
                     last_done = now
-                    solve_pending |= _try_starts(pending, n_pending, now, busy, next_seg, on_wire,
-                                                 seg_bytes, done_cnt, tree, net, fl, rs, inst,
-                                                 ic, events)
+                    started, n_zero = _try_starts(pending, n_pending, now, busy, next_seg,
+                                                  on_wire, seg_bytes, done_cnt, tree, net, fl,
+                                                  rs, inst, ic, zero)
+                    solve_pending |= started
+                    push_zero(zero, n_zero, now, ic, events)
                     n_pending = 0
             close_batch(ic, n_members)
             continue
