@@ -616,23 +616,28 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
 
 
 @njit(cache=True)
-def _grown(ring, head, tail):
+def _grown(ring, head, tail, extra):
     """``ring`` (a circular buffer holding counters ``head .. tail-1`` at ``counter % size``)
-    with twice the room, or itself while it has room."""
+    with room for ``extra`` more, doubled as often as needed, or itself while it has room."""
     size = ring.shape[0]
-    if tail - head < size:
+    if tail - head + extra <= size:
         return ring
-    bigger = np.empty(2 * size, dtype=ring.dtype)
+    new_size = 2 * size
+    while tail - head + extra > new_size:
+        new_size *= 2
+    bigger = np.empty(new_size, dtype=ring.dtype)
     for k in range(head, tail):
-        bigger[k % (2 * size)] = ring[k % size]
+        bigger[k % new_size] = ring[k % size]
     return bigger
 
 
 @njit(cache=True)
-def deliver(code, lat, now, events, batches, ic, fc, codes, counts):
+def deliver_into(code, lat, now, events, batches, ic, fc, codes, counts):
     """runner.drained's delivery of transfer ``code``: one path latency later, in the batch of
     its instant (one SimPy event per delivery instant, members in drain order); at once without
-    latency. Returns the delivery queue ``(codes, counts)`` (grown when full).
+    latency. The delivery queue ``(codes, counts)`` must have room for one more (see
+    :func:`deliver`, and :func:`wake_up`, which makes room for all its deliveries at once:
+    growing returns new arrays, and numba reference-counts every array a loop reassigns).
 
     Where every path has the same latency, batches open in time order and close in that order,
     so a batch is one ``BATCH`` event and its members wait in the circular queue ``codes``
@@ -641,21 +646,19 @@ def deliver(code, lat, now, events, batches, ic, fc, codes, counts):
     ``batches``."""
     if lat <= 0:
         heapq.heappush(events, (now, np.int64(-1), np.int64(0), np.int64(DELIVER), code))
-        return codes, counts
+        return
     t = now + lat
     if ic[_ONE_LATENCY]:
         if t != fc[_T_BATCH]:
             ic[_EID] += 1
             fc[_T_BATCH] = t
-            counts = _grown(counts, ic[_B_HEAD], ic[_B_TAIL])
             counts[ic[_B_TAIL] % counts.shape[0]] = 0
             heapq.heappush(events, (t, ic[_EID], np.int64(0), np.int64(BATCH), ic[_B_TAIL]))
             ic[_B_TAIL] += 1
-        codes = _grown(codes, ic[_Q_HEAD], ic[_Q_TAIL])
         codes[ic[_Q_TAIL] % codes.shape[0]] = code
         ic[_Q_TAIL] += 1
         counts[(ic[_B_TAIL] - 1) % counts.shape[0]] += 1
-        return codes, counts
+        return
     if t in batches:
         b_eid, n_mem = batches[t]
         batches[t] = (b_eid, n_mem + 1)
@@ -664,7 +667,14 @@ def deliver(code, lat, now, events, batches, ic, fc, codes, counts):
         b_eid, n_mem = ic[_EID], np.int64(0)
         batches[t] = (b_eid, np.int64(1))
     heapq.heappush(events, (t, b_eid, n_mem, np.int64(DELIVER), code))
-    return codes, counts
+
+
+@njit(cache=True)
+def make_room(n, ic, codes, counts):
+    """The delivery queue ``(codes, counts)`` with room for ``n`` more deliveries (each may
+    open a batch)."""
+    return (_grown(codes, ic[_Q_HEAD], ic[_Q_TAIL], n),
+            _grown(counts, ic[_B_HEAD], ic[_B_TAIL], n))
 
 
 @njit(cache=True)
@@ -711,10 +721,10 @@ def released(c, code, now, net, events, batches, ic, fc, codes, counts, busy, pe
              n_pending):
     """runner.drained for transfer ``code`` of connection ``c``: the connection is free, the
     transfer is delivered one path latency later, and ``c`` joins the try_start worklist.
-    Returns ``(worklist length, codes, counts)``."""
+    Returns ``(worklist length, codes, counts)`` (the delivery queue, grown when full)."""
     busy[c] = False
-    codes, counts = deliver(code, net[6][net[0][c]], now, events, batches, ic, fc, codes,
-                            counts)
+    codes, counts = make_room(1, ic, codes, counts)
+    deliver_into(code, net[6][net[0][c]], now, events, batches, ic, fc, codes, counts)
     pending[n_pending] = c
     return n_pending + 1, codes, counts
 
@@ -723,11 +733,17 @@ def released(c, code, now, net, events, batches, ic, fc, codes, counts, busy, pe
 def wake_up(now, net, fl, rs, inst, ic, fc, flows, events, batches, codes, counts, busy,
             on_wire, pending, n_pending):
     """A (current) wake-up: drain the flows due (:func:`drain`) and release each, in drain
-    order. Returns ``(solve due, worklist length, codes, counts)``."""
+    order (as :func:`released` does, with room made once for all the deliveries). Returns
+    ``(solve due, worklist length, codes, counts)``."""
     n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
     done = inst[7]
+    path_of, latency = net[0], net[6]
+    codes, counts = make_room(n_done, ic, codes, counts)
     for k in range(n_done):
         c = done[k]
-        n_pending, codes, counts = released(c, on_wire[c], now, net, events, batches, ic, fc,
-                                            codes, counts, busy, pending, n_pending)
+        busy[c] = False
+        deliver_into(on_wire[c], latency[path_of[c]], now, events, batches, ic, fc, codes,
+                     counts)
+        pending[n_pending] = c
+        n_pending += 1
     return due, n_pending, codes, counts

@@ -96,20 +96,19 @@ def _complete(c, pending, n_pending, done_cnt, tree):
     return n_pending
 
 
-@njit(cache=True)
-def _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free, dev_busy_s,
-               events, ic):
-    """runner.delivered of segment ``code``: True when its reduction was queued on the
-    receiver's device (it completes later), False when it completes now."""
+@njit(cache=True, _nrt=False)
+def _reduction(code, seg_bytes, tree, rank_device, rank_rate):
+    """The reduction runner.delivered queues for segment ``code``: ``(seconds, device)`` on
+    its receiver (0 seconds: a copy, or a receiver that reduces for free)."""
     conn_tree, conn_child, conn_kind, parent = tree[0], tree[1], tree[2], tree[3]
     n_seg = seg_bytes.shape[1]
     c = code // n_seg
     if conn_kind[c] != 0:
-        return False
+        return 0.0, 0
     dst = parent[conn_tree[c], conn_child[c]]
-    return rank_rate[dst] != np.inf and queue_reduce(
-        seg_bytes[conn_tree[c], code % n_seg] / rank_rate[dst], rank_device[dst], now,
-        dev_free, dev_busy_s, events, ic, code)
+    if rank_rate[dst] == np.inf:
+        return 0.0, 0
+    return seg_bytes[conn_tree[c], code % n_seg] / rank_rate[dst], rank_device[dst]
 
 
 @njit(cache=True)
@@ -188,8 +187,8 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
             first, n_members = open_batch(now, ic, fc, counts)
             for k in range(n_members):
                 code = codes[(first + k) % codes.shape[0]]
-                if not _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free,
-                                  dev_busy_s, events, ic):
+                dur, dev = _reduction(code, seg_bytes, tree, rank_device, rank_rate)
+                if not queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
                     n_pending = _complete(code // n_seg, pending, 0, done_cnt, tree)
                     last_done = now
                     started, n_zero = _try_starts(pending, n_pending, now, busy, next_seg,
@@ -202,8 +201,8 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
             continue
         if kind == DELIVER:
             delivering(member, e_ev, now, batches)
-            if _delivered(code, now, seg_bytes, tree, rank_device, rank_rate, dev_free,
-                          dev_busy_s, events, ic):
+            dur, dev = _reduction(code, seg_bytes, tree, rank_device, rank_rate)
+            if queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
                 continue
         # runner.complete (DELIVER without compute, or COMPUTE)
         n_pending = _complete(code // n_seg, pending, n_pending, done_cnt, tree)
