@@ -21,8 +21,8 @@ State is passed as tuples of arrays so that both main loops share these function
 
 Event heap entries are ``(time, eid, member, kind, code)``: ``eid`` is the creation counter that
 orders SimPy's events of one instant; ``member`` orders the transfers of one delivery batch (the
-engine delivers a batch in one callback, in drain order); ``code`` names the transfer. Flow heap
-entries are ``(finish, flow id, version, connection)``; stale versions are skipped.
+engine delivers a batch in one callback, in drain order); ``code`` names the transfer. Flows
+are kept in an indexed heap ordered by (finish, flow id) (:func:`flow_heap`).
 """
 
 from __future__ import annotations
@@ -115,8 +115,7 @@ def scalars(path_of, latency, n_conn):
     ic[_LOCAL_LIMIT] = max(64, n_conn // 8)
     events = [(0.0, np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
     events.pop()
-    flows = [(0.0, np.int64(0), np.int64(0), np.int64(0))]
-    flows.pop()
+    flows = flow_heap(n_conn)
     batches = Dict.empty(key_type=types.float64, value_type=BATCH_ENTRY)
     return (ic, fc, events, flows, batches, np.empty(1024, dtype=np.int64),
             np.empty(256, dtype=np.int64))
@@ -351,14 +350,12 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
 
 
 @njit(cache=True)
-def arm(flows, f_version, events, now, ic, fc):
-    """FlowNetwork._arm: one pending wake-up, for the earliest valid completion."""
-    while len(flows) > 0 and flows[0][2] != f_version[flows[0][3]]:
-        heapq.heappop(flows)
-    if len(flows) == 0:
+def arm(flows, f_finish, events, now, ic, fc):
+    """FlowNetwork._arm: one pending wake-up, for the earliest completion."""
+    if flows[2][0] == 0:
         fc[_T_WAKE] = np.inf
         return
-    t = flows[0][0]
+    t = f_finish[flows[0][0]]
     if t == fc[_T_WAKE]:
         return
     ic[_EID] += 1
@@ -442,12 +439,94 @@ def _alone_rate(c, pid, res_ptr, res_idx, caps, n_on, f_bneck):
     return rate
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows):
     f_rate[c] = rate
     f_version[c] += 1
     f_finish[c] = now + f_remaining[c] / rate
-    heapq.heappush(flows, (f_finish[c], f_fid[c], f_version[c], np.int64(c)))
+    flow_heap_set(c, flows, f_finish, f_fid)
+
+
+# -- the completion heap ----------------------------------------------------------------------
+# An indexed binary heap of the active flows (by connection), ordered by (finish time, flow
+# id): ``flows = (heap, pos, size)`` with ``heap[:size[0]]`` the connections, ``pos[c]`` the
+# place of ``c`` (-1: not in it). The engine keeps a heap of (finish, fid, version) entries and
+# skips stale ones; a flow has one valid entry there, so both hand out the flows in the same
+# order, but here a new rate moves the flow's one entry and nothing goes stale.
+
+@njit(cache=True, _nrt=False)
+def _before(a, b, f_finish, f_fid):
+    """Whether flow ``a`` completes before ``b`` (ties: the older flow first)."""
+    ta = f_finish[a]
+    tb = f_finish[b]
+    return ta < tb or (ta == tb and f_fid[a] < f_fid[b])
+
+
+@njit(cache=True, _nrt=False)
+def _sift_up(k, c, heap, pos, f_finish, f_fid):
+    while k > 0:
+        up = (k - 1) >> 1
+        p = heap[up]
+        if not _before(c, p, f_finish, f_fid):
+            break
+        heap[k] = p
+        pos[p] = k
+        k = up
+    heap[k] = c
+    pos[c] = k
+
+
+@njit(cache=True, _nrt=False)
+def _sift_down(k, c, n, heap, pos, f_finish, f_fid):
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and _before(heap[child + 1], heap[child], f_finish, f_fid):
+            child += 1
+        d = heap[child]
+        if not _before(d, c, f_finish, f_fid):
+            break
+        heap[k] = d
+        pos[d] = k
+        k = child
+    heap[k] = c
+    pos[c] = k
+
+
+@njit(cache=True)
+def flow_heap(n_conn):
+    """An empty completion heap for ``n_conn`` connections."""
+    n = max(n_conn, 1)
+    return (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+            np.zeros(1, dtype=np.int64))
+
+
+@njit(cache=True, _nrt=False)
+def flow_heap_set(c, flows, f_finish, f_fid):
+    """Insert flow ``c``, or move it after its finish time changed."""
+    heap, pos, size = flows
+    k = pos[c]
+    if k < 0:
+        size[0] += 1
+        _sift_up(size[0] - 1, c, heap, pos, f_finish, f_fid)
+    elif k > 0 and _before(c, heap[(k - 1) >> 1], f_finish, f_fid):
+        _sift_up(k, c, heap, pos, f_finish, f_fid)
+    else:
+        _sift_down(k, c, size[0], heap, pos, f_finish, f_fid)
+
+
+@njit(cache=True, _nrt=False)
+def flow_heap_pop(flows, f_finish, f_fid):
+    """Remove and return the flow that completes first."""
+    heap, pos, size = flows
+    c = heap[0]
+    pos[c] = -1
+    n = size[0] - 1
+    size[0] = n
+    if n > 0:
+        _sift_down(0, heap[n], n, heap, pos, f_finish, f_fid)
+    return c
 
 
 @njit(cache=True)
@@ -569,7 +648,7 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
             f_shared[c] = False
     for i in range(n_comp_res):
         r_seen[comp_res[i]] = False
-    arm(flows, f_version, events, now, ic, fc)
+    arm(flows, f_finish, events, now, ic, fc)
 
 
 @njit(cache=True)
@@ -586,12 +665,13 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
     fc[_T_WAKE] = np.inf
     limit = now + _EPS * max(1.0, abs(now))
     n_done = 0
-    while len(flows) > 0 and (flows[0][2] != f_version[flows[0][3]] or flows[0][0] <= limit):
-        _t, _fid, ver, c = heapq.heappop(flows)
-        if ver == f_version[c]:
-            f_version[c] += 1
-            done[n_done] = c
-            n_done += 1
+    f_finish, f_fid = fl[4], fl[6]
+    heap, size = flows[0], flows[2]
+    while size[0] > 0 and f_finish[heap[0]] <= limit:
+        c = flow_heap_pop(flows, f_finish, f_fid)
+        f_version[c] += 1
+        done[n_done] = c
+        n_done += 1
     for i in range(n_done):
         c = done[i]
         pid = path_of[c]
@@ -611,7 +691,7 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
             carried[r] += f_size[c]
     if n_done > 0 or ic[_N_DIRTY] > 0:
         return n_done, True
-    arm(flows, f_version, events, now, ic, fc)
+    arm(flows, f_finish, events, now, ic, fc)
     return n_done, False
 
 
