@@ -25,6 +25,11 @@ The model:
 * One wake-up is pending at a time, for the earliest projected completion; it carries a
   generation number, so a wake-up made stale by a later solve does nothing (SimPy cannot cancel
   scheduled events).
+* Projected completions are kept per distinct time (a heap of times, and the flows due at each):
+  a collective step drains many flows at one instant, and popping them one by one off a heap of
+  flows costs a logarithmic number of tuple comparisons each. A flow whose rate changes is
+  entered again under its new time, with a new ``version``; entries of older versions are
+  stale and skipped.
 
 Exactness: with these rules the completion times equal the closed forms of the usual test cases
 (one flow over links of different speeds, equal sharing, staggered arrivals, the parking lot,
@@ -36,6 +41,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 import time
 from typing import Callable, Hashable
 
@@ -46,15 +52,23 @@ import simpy
 SOLVE_PRIORITY = 2
 #: Relative tolerance under which a flow counts as drained at a wake-up.
 _EPS = 1e-12
+_BY_FID = operator.attrgetter("fid")
 
 
 class Flow:
-    """One message on the wire. Mutable state belongs to :class:`FlowNetwork`."""
+    """One message on the wire. Mutable state belongs to :class:`FlowNetwork`.
+
+    ``rate`` and ``finish`` are its current rate and the projected time of its last byte while
+    it drains; once it has drained (when ``on_drained`` fires), the rate it drained at and the
+    time it drained. ``tag`` is the caller's: whatever identifies the
+    message to its ``on_drained`` callback (the runner stores the transfer index), so that one
+    callback can serve every flow.
+    """
 
     __slots__ = ("fid", "res", "size", "remaining", "rate", "t_last", "finish", "on_drained",
-                 "started", "version")
+                 "version", "tag")
 
-    def __init__(self, fid, res, size, on_drained, now):
+    def __init__(self, fid, res, size, on_drained, now, tag):
         self.fid = fid
         self.res = res
         self.size = size
@@ -63,8 +77,8 @@ class Flow:
         self.t_last = now
         self.finish = math.inf
         self.on_drained = on_drained
-        self.started = now
         self.version = 0
+        self.tag = tag
 
 
 class FlowNetwork:
@@ -90,14 +104,17 @@ class FlowNetwork:
         self.rate_log: list[list[tuple[float, float]]] | None = [] if record_rates else None
         self._dirty: set[int] = set()
         self._cap_array = np.zeros(0)      # capacities as an array, for the vectorised solver
-        # changes since the last solve: flows started, and the paths (and rates) of flows drained
+        # changes since the last solve: flows started, and flows drained
         self._arrived: list[Flow] = []
-        self._departed: dict[tuple, list[float]] = {}
+        self._departed: list[Flow] = []
         self._solve_pending = False
-        self._heap: list[tuple[float, int, int, Flow]] = []
+        # projected completions: a heap of distinct times, and per time the entries
+        # (fid, version, flow) due then, in the order they were entered
+        self._times: list[float] = []
+        self._due: dict[float, list[tuple[int, int, Flow]]] = {}
         self._wake_generation = 0
         self._wake_time = math.inf
-        self._next_fid = 0
+        self._fids = itertools.count()
         self.active = 0
         self.solves = 0
         self.deadline: float | None = None   # wall-clock limit (time.monotonic), see runner
@@ -123,24 +140,25 @@ class FlowNetwork:
 
     # -- flows --------------------------------------------------------------------------------
     def start(self, resources: tuple[int, ...], size_bytes: float,
-              on_drained: Callable[[Flow], None]) -> Flow:
+              on_drained: Callable[[Flow], None], tag=None) -> Flow:
         """Start a flow of ``size_bytes`` over ``resources``; ``on_drained(flow)`` fires when its
-        last byte has left. A flow with no bytes or no resources drains immediately."""
+        last byte has left (``flow.tag`` is ``tag``, ``flow.finish`` the time it drained). A
+        flow with no bytes or no resources drains immediately."""
         now = self.env.now
         res = resources if type(resources) is tuple else tuple(resources)
-        flow = Flow(self._next_fid, res, size_bytes, on_drained, now)
-        self._next_fid += 1
+        flow = Flow(next(self._fids), res, size_bytes, on_drained, now, tag)
         if size_bytes <= 0 or not res:
             flow.remaining = 0.0
+            flow.finish = now
             ev = self.env.timeout(0)
             ev.callbacks.append(lambda _e, f=flow: f.on_drained(f))
             return flow
         self.active += 1
-        flows_on = self.flows_on
+        flows_on, busy_since = self.flows_on, self.busy_since
         for r in res:
             on = flows_on[r]
             if not on:
-                self.busy_since[r] = now
+                busy_since[r] = now
             on.add(flow)
         self._arrived.append(flow)
         if not self._solve_pending:
@@ -167,19 +185,28 @@ class FlowNetwork:
         departures dirty their resources, whose components are re-solved as usual (paired
         flows inside them included)."""
         now = self.env.now
-        departed = self._departed
-        heap = self._heap
         flows_on, capacity, log = self.flows_on, self.capacity, self.rate_log
+        # rates of the flows drained at this instant, by path (only if some flow arrived)
+        departed: dict[tuple, list[float]] = {}
+        if self._arrived:
+            for f in self._departed:
+                rates = departed.get(f.res)
+                if rates is None:
+                    departed[f.res] = [f.rate]
+                else:
+                    rates.append(f.rate)
+        inf = math.inf
+        rated = []
         for f in self._arrived:
             if f.remaining <= 0.0:      # aborted before it was ever solved
                 continue
-            rates = departed.get(f.res)
+            rates = departed.get(f.res) if departed else None
             if rates:
                 rate = rates.pop()
             else:
                 # a flow alone on all its resources is a component of its own: its rate is
                 # its slowest resource's capacity, whatever else changes at this instant
-                rate = math.inf
+                rate = inf
                 for r in f.res:
                     if len(flows_on[r]) != 1:
                         rate = 0.0
@@ -193,16 +220,22 @@ class FlowNetwork:
                     for r in f.res:
                         if not log[r] or log[r][-1][1] != rate:
                             log[r].append((now, rate))
+            # (f.t_last is already now: it started at this instant)
             f.rate = rate
-            f.t_last = now
-            f.version += 1
             f.finish = now + f.remaining / rate
-            heapq.heappush(heap, (f.finish, f.fid, f.version, f))
-        for res, rates in departed.items():
-            if rates:
-                self._dirty.update(res)
+            rated.append(f)
+        self._enter(rated)
+        # Unpaired departures: their resources' other flows may speed up. A resource left
+        # without flows reaches none of them, so it is dirtied only to log its rate (now 0).
+        dirty = self._dirty
+        unpaired = ([res for res, rates in departed.items() if rates] if departed
+                    else [f.res for f in self._departed])
+        for res in unpaired:
+            for r in res:
+                if flows_on[r] or log is not None:
+                    dirty.add(r)
         self._arrived.clear()
-        departed.clear()
+        self._departed.clear()
 
     def _component(self) -> tuple[list[int], list[Flow]]:
         """Resources and flows connected to the dirty resources."""
@@ -268,29 +301,52 @@ class FlowNetwork:
                     solved = max_min_rates(paths, {r: capacity[r] for res in paths for r in res})
                 for k, rate in zip(shared, solved):
                     rates[k] = rate
-            heap = self._heap
+            changed = []
             for f, rate in zip(flows, rates):
                 if rate != f.rate or f.finish == math.inf:
                     f.rate = rate
-                    f.version += 1
                     f.finish = now + f.remaining / rate
-                    heapq.heappush(heap, (f.finish, f.fid, f.version, f))
+                    changed.append(f)
+            self._enter(changed)
         if self.rate_log is not None:
             for r in resources:
-                total = sum(f.rate for f in self.flows_on[r])
+                # summed in flow order: a set's order varies from run to run
+                total = sum(f.rate for f in sorted(self.flows_on[r], key=_BY_FID))
                 log = self.rate_log[r]
                 if not log or log[-1][1] != total:
                     log.append((now, total))
         self._arm()
 
+    def _enter(self, flows: list[Flow]) -> None:
+        """Enter the projected completions (``finish``) of ``flows``, whose rates were just
+        set, under a new version each: their earlier entries become stale."""
+        due, times = self._due, self._times
+        for f in flows:
+            version = f.version = f.version + 1
+            t = f.finish
+            entries = due.get(t)
+            if entries is None:
+                due[t] = [(f.fid, version, f)]
+                heapq.heappush(times, t)
+            else:
+                entries.append((f.fid, version, f))
+
     def _arm(self) -> None:
-        heap = self._heap
-        while heap and heap[0][2] != heap[0][3].version:
-            heapq.heappop(heap)
-        if not heap:
+        times, due = self._times, self._due
+        while times:
+            entries = due[times[0]]
+            for k, (_fid, version, f) in enumerate(entries):
+                if version == f.version:
+                    del entries[:k]      # drop the stale entries in front
+                    break
+            else:
+                del due[heapq.heappop(times)]
+                continue
+            break
+        if not times:
             self._wake_time = math.inf
             return
-        t = heap[0][0]
+        t = times[0]
         if t == self._wake_time:
             return  # a valid wake-up for exactly this time is already pending
         self._wake_generation += 1
@@ -305,25 +361,24 @@ class FlowNetwork:
         self._wake_time = math.inf
         now = self.env.now
         limit = now + _EPS * max(1.0, abs(now))
-        heap = self._heap
+        times, due = self._times, self._due
         done: list[Flow] = []
-        while heap and (heap[0][2] != heap[0][3].version or heap[0][0] <= limit):
-            _t, _fid, version, f = heapq.heappop(heap)
-            if version == f.version:
-                f.version += 1
-                done.append(f)
-        departed = self._departed
+        # the flows due by ``limit``, in (finish, fid) order, their entries' versions current
+        while times and times[0] <= limit:
+            entries = due.pop(heapq.heappop(times))
+            if len(entries) > 1:
+                entries.sort()       # by (fid, version): entered over several solves
+            for _fid, version, f in entries:
+                if version == f.version:
+                    f.version += 1
+                    done.append(f)
         flows_on, carried = self.flows_on, self.bytes_carried
         busy_time, busy_since = self.busy_time, self.busy_since
         self.active -= len(done)
+        self._departed += done
         for f in done:
-            rates = departed.get(f.res)
-            if rates is None:
-                departed[f.res] = [f.rate]
-            else:
-                rates.append(f.rate)
-            f.remaining = 0.0
-            f.rate = 0.0
+            f.remaining = 0.0       # (f.rate stays the rate it drained at, for _match)
+            f.finish = now
             size = f.size
             for r in f.res:
                 on = flows_on[r]

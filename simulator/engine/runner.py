@@ -30,10 +30,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import gc
-import itertools
 import math
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -49,26 +47,61 @@ from .network import FlowNetwork
 
 @dataclass
 class ScheduleRun:
-    """The state and the per-transfer timestamps of one launched schedule."""
+    """The state and the per-transfer timestamps of one launched schedule.
+
+    The timestamps ``t_start`` (went on the wire), ``t_drained`` (last byte left the sender),
+    ``t_delivered`` (arrived: drained + path latency) and ``t_done`` (complete, after reduction
+    compute) are numpy arrays, NaN where a transfer has not got that far. While the run is in
+    progress the engine writes them into Python lists (four writes per transfer, each several
+    times cheaper than a numpy scalar write); reading one then returns a snapshot, and when the
+    run ends they become arrays for good.
+    """
 
     schedule: Schedule
     placement: tuple[str, ...]
     label: str
     start_s: float
-    t_start: np.ndarray        # transfer went on the wire
-    t_drained: np.ndarray      # last byte left the sender
-    t_delivered: np.ndarray    # arrived (drained + path latency)
-    t_done: np.ndarray         # complete (after reduction compute)
     path_of: list              # per connection index: Path
     conn_of: np.ndarray        # connection index of each transfer
     done_event: simpy.Event
     end_s: float = math.nan
     remaining: int = 0
     extra: dict = field(default_factory=dict)
+    #: [t_start, t_drained, t_delivered, t_done]: lists while in progress, then arrays
+    stamps: list = field(default_factory=list, repr=False)
 
     @property
     def time_s(self) -> float:
         return self.end_s - self.start_s
+
+    @property
+    def t_start(self) -> np.ndarray:
+        return self._stamp(0)
+
+    @property
+    def t_drained(self) -> np.ndarray:
+        return self._stamp(1)
+
+    @property
+    def t_delivered(self) -> np.ndarray:
+        return self._stamp(2)
+
+    @property
+    def t_done(self) -> np.ndarray:
+        return self._stamp(3)
+
+    def _stamp(self, k: int) -> np.ndarray:
+        values = self.stamps[k]
+        if isinstance(values, np.ndarray):
+            return values
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+
+    def _end(self, now: float) -> None:
+        """The last transfer completed at ``now``: freeze the timestamps, signal ``done_event``."""
+        self.end_s = now
+        self.stamps = [np.fromiter(values, dtype=np.float64, count=len(values))
+                       for values in self.stamps]
+        self.done_event.succeed(self)
 
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline",
@@ -194,8 +227,9 @@ class Engine:
         return prep
 
     def _placed(self, schedule: Schedule, prep: _Prepared, placement: tuple):
-        """Paths, resource ids and latencies of the connections, and reduction rates of the
-        ranks, for one placement (cached like :meth:`_prepared`)."""
+        """Paths, resource ids and latencies of the connections, and the device and reduction
+        rate (inf: free) of each connection's receiver, for one placement (cached like
+        :meth:`_prepared`)."""
         key = (id(schedule), placement)
         found = self._placed_cache.get(key)
         if found is not None:
@@ -208,9 +242,13 @@ class Engine:
             conn_res.append(tuple(net.resource(k, self.router.capacity(k))
                                   for k in path.resources))
         latency = [path.latency_s for path in paths]
-        # reduction rate of every rank's device (inf: free)
-        rank_rate = [self.reduce_rate(node) for node in placement[:schedule.total_ranks]]
-        found = self._placed_cache[key] = (paths, conn_res, latency, rank_rate)
+        receiver = [placement[d] for d in prep.head_dst]
+        rank_rate = {}
+        for node in receiver:
+            if node not in rank_rate:
+                rank_rate[node] = self.reduce_rate(node)
+        reduce_rate = [rank_rate[node] for node in receiver]
+        found = self._placed_cache[key] = (paths, conn_res, latency, receiver, reduce_rate)
         return found
 
     def _launch(self, schedule: Schedule, placement: tuple, label: str) -> ScheduleRun:
@@ -219,47 +257,50 @@ class Engine:
                                 f"placement has {len(placement)}")
         n = len(schedule)
         prep = self._prepared(schedule)
-        n_epochs = prep.n_epochs
-        epoch_left = list(prep.epoch_left)
-        queues = [deque(m) for m in prep.members]
-        paths, conn_res, latency, rank_rate = self._placed(schedule, prep, placement)
-        conn_of = prep.conn_of
+        paths, conn_res, latency, receiver, reduce_rate = self._placed(schedule, prep,
+                                                                       placement)
+        env, net, failed = self.env, self.network, self.failed
+        start_flow = net.start
 
-        now = self.env.now
+        now = env.now
+        t_start, t_drained, t_delivered, t_done = stamps = [[math.nan] * n for _ in range(4)]
         run = ScheduleRun(schedule=schedule, placement=placement, label=label, start_s=now,
-                          t_start=np.full(n, np.nan), t_drained=np.full(n, np.nan),
-                          t_delivered=np.full(n, np.nan), t_done=np.full(n, np.nan),
-                          path_of=paths, conn_of=conn_of, done_event=simpy.Event(self.env),
-                          remaining=n)
+                          path_of=paths, conn_of=prep.conn_of,
+                          done_event=simpy.Event(env), remaining=n, stamps=stamps)
         self.runs.append(run)
+        # Per connection: the next transfer to start (-1: none left), and whether one is on
+        # the wire; the rest of its FIFO queue is the chain prep.next_in_conn.
+        next_of_conn = list(prep.first_of_conn)
+        busy = [False] * len(next_of_conn)
+        next_in_conn = prep.next_in_conn
         pending = list(prep.counts)
-        busy = [False] * len(queues)
-        nbytes, reduces, epoch_l = prep.nbytes, prep.reduces, prep.epoch
+        nbytes, reduces, conn_of = prep.nbytes, prep.reduces, prep.conn_of_l
         dep_ptr, dep_owner = prep.dep_ptr, prep.dep_owner
-        open_epoch = [0]
-        env = self.env
-        net = self.network
-        conn_of_l, dst_l = prep.conn_of_l, prep.dst
-        failed = self.failed
-
-        def try_start(c: int) -> None:
-            q = queues[c]
-            if busy[c] or not q:
-                return
-            i = q[0]
-            if pending[i] or epoch_l[i] > open_epoch[0] or (failed and self.blocked(paths[c])):
-                return
-            q.popleft()
-            busy[c] = True
-            run.t_start[i] = env.now
-            net.start(conn_res[c], nbytes[i], lambda _f, i=i: drained(i))
-
+        # epochs (barriers): transfers of epoch e start once every earlier epoch is complete
+        epoch_of, epoch_left, last_epoch = prep.epoch, list(prep.epoch_left), prep.n_epochs - 1
+        barriers = epoch_of is not None
+        open_epoch = 0
+        inf = math.inf
         arrivals: dict[float, list[int]] = {}   # delivery time -> transfers, in drain order
 
-        def drained(i: int) -> None:
-            now = env.now
-            run.t_drained[i] = now
-            c = conn_of_l[i]
+        def try_start(c: int, now: float) -> None:
+            """Put connection ``c``'s next transfer on the wire if it is free and ready."""
+            i = next_of_conn[c]
+            if busy[c] or i < 0:
+                return
+            if pending[i] or (barriers and epoch_of[i] > open_epoch) or (
+                    failed and self.blocked(paths[c])):
+                return
+            next_of_conn[c] = next_in_conn[i]
+            busy[c] = True
+            t_start[i] = now
+            start_flow(conn_res[c], nbytes[i], drained, i)
+
+        def drained(flow) -> None:
+            i = flow.tag
+            now = flow.finish
+            t_drained[i] = now
+            c = conn_of[i]
             busy[c] = False
             lat = latency[c]
             if lat > 0:
@@ -269,59 +310,53 @@ class Engine:
                 batch = arrivals.get(t)
                 if batch is None:
                     arrivals[t] = [i]
-                    ev = env.timeout(lat)
-                    ev.callbacks.append(lambda _e, t=t: deliver_all(t))
+                    ev = env.timeout(lat)     # fires at exactly t
+                    ev.callbacks.append(lambda _e, t=t: deliver(arrivals.pop(t), t))
                 else:
                     batch.append(i)
             else:
-                delivered(i)
-            q = queues[c]
-            if q and not pending[q[0]]:
-                try_start(c)
+                deliver((i,), now)
+            j = next_of_conn[c]
+            if j >= 0 and not pending[j]:
+                try_start(c, now)
 
-        def deliver_all(t: float) -> None:
-            for i in arrivals.pop(t):
-                delivered(i)
-
-        def delivered(i: int) -> None:
-            run.t_delivered[i] = env.now
-            if reduces[i]:
-                rate = rank_rate[dst_l[i]]
-                if rate != math.inf:
-                    self.compute(placement[dst_l[i]], nbytes[i] / rate, "reduce",
-                                 lambda i=i: complete(i))
-                    return
-            complete(i)
-
-        def complete(i: int) -> None:
-            now = env.now
-            run.t_done[i] = now
-            run.remaining -= 1
-            for k in range(dep_ptr[i], dep_ptr[i + 1]):
-                j = dep_owner[k]
-                pending[j] -= 1
-                if pending[j] == 0:
-                    try_start(conn_of_l[j])
-            e = epoch_l[i]
-            epoch_left[e] -= 1
-            if e == open_epoch[0]:
-                advanced = False
-                while open_epoch[0] < n_epochs - 1 and epoch_left[open_epoch[0]] == 0:
-                    open_epoch[0] += 1
-                    advanced = True
-                if advanced:
-                    for c in range(len(queues)):
-                        try_start(c)
-            if run.remaining == 0:
-                run.end_s = now
-                run.done_event.succeed(run)
+        def deliver(batch, now: float, reduced: bool = False) -> None:
+            """The transfers of ``batch`` arrive at ``now`` (``reduced``: their summation on
+            the receiving device has just finished instead). A reducing transfer first queues
+            that summation; the others are complete and release their dependents."""
+            nonlocal open_epoch
+            for i in batch:
+                if not reduced:
+                    t_delivered[i] = now
+                    if reduces[i]:
+                        c = conn_of[i]
+                        rate = reduce_rate[c]
+                        if rate != inf:
+                            self.compute(receiver[c], nbytes[i] / rate, "reduce",
+                                         lambda i=i: deliver((i,), env.now, True))
+                            continue
+                t_done[i] = now
+                left = run.remaining = run.remaining - 1
+                for j in dep_owner[dep_ptr[i]:dep_ptr[i + 1]]:
+                    waiting = pending[j] = pending[j] - 1
+                    if not waiting:
+                        try_start(conn_of[j], now)
+                if barriers:
+                    e = epoch_of[i]
+                    epoch_left[e] -= 1
+                    if e == open_epoch and not epoch_left[e] and e < last_epoch:
+                        while open_epoch < last_epoch and not epoch_left[open_epoch]:
+                            open_epoch += 1
+                        for c in range(len(busy)):
+                            try_start(c, now)
+                if not left:
+                    run._end(now)
 
         if n == 0:
-            run.end_s = now
-            run.done_event.succeed(run)
+            run._end(now)
         else:
-            for c in range(len(queues)):
-                try_start(c)
+            for c in range(len(busy)):
+                try_start(c, now)
         return run
 
     def run(self, until_event=None) -> None:
@@ -366,23 +401,27 @@ def _touches(key, node: str) -> bool:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """A schedule's launch data that does not depend on placement or time (read-only)."""
+    """A schedule's launch data that does not depend on placement or time (read-only).
+
+    Per-transfer columns are tuples, which the per-transfer code indexes several times faster
+    than numpy arrays, and which the garbage collector stops scanning after its first pass (a
+    list of millions of ints would be re-scanned by every full collection)."""
 
     schedule: Schedule
-    counts: list            # data-flow predecessors of every transfer
-    dep_ptr: list           # dependents, CSR
-    dep_owner: list
-    epoch: list
+    counts: tuple           # data-flow predecessors of every transfer
+    dep_ptr: tuple          # dependents, CSR
+    dep_owner: tuple
+    epoch: tuple | None     # epoch of every transfer; None when the schedule has no barriers
     n_epochs: int
-    epoch_left: list
+    epoch_left: list        # transfers in every epoch
     conn_of: np.ndarray     # FIFO connection of every transfer
-    conn_of_l: list
-    members: list           # transfers of every connection, in list order
+    conn_of_l: tuple
+    first_of_conn: list     # first transfer of every connection
+    next_in_conn: tuple     # the transfer after each one on its connection (-1: the last)
     head_src: list          # src and dst rank of every connection
     head_dst: list
-    nbytes: list
-    reduces: list
-    dst: list
+    nbytes: tuple
+    reduces: tuple
 
     @classmethod
     def of(cls, schedule: Schedule) -> _Prepared:
@@ -390,43 +429,72 @@ class _Prepared:
         indptr, indices = dependencies(schedule)
         # Reverse edges: who waits for whom.
         counts = np.diff(indptr)
-        order = np.argsort(indices, kind="stable")
+        order = _stable_order(indices)
         dependents_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(indices, minlength=n), out=dependents_ptr[1:])
         owners = np.repeat(np.arange(n), counts)[order]
         epoch = epochs(schedule)
         n_epochs = int(epoch[-1]) + 1 if n else 1
         epoch_left = np.bincount(epoch, minlength=n_epochs).tolist() if n else [0]
-        # FIFO connections (src, dst, channel), numbered in order of first use; each queue in
-        # list order.
-        conn_of, heads = _connections(schedule)
-        by_conn = np.argsort(conn_of, kind="stable")
-        bounds = np.searchsorted(conn_of[by_conn], np.arange(len(heads) + 1)).tolist()
-        flat = by_conn.tolist()
-        members = [flat[a:b] for a, b in itertools.pairwise(bounds)]
-        return cls(schedule=schedule, counts=counts.tolist(),
-                   dep_ptr=dependents_ptr.tolist(), dep_owner=owners.tolist(),
-                   epoch=epoch.tolist(), n_epochs=n_epochs, epoch_left=epoch_left,
-                   conn_of=conn_of, conn_of_l=conn_of.tolist(), members=members,
-                   head_src=schedule.src[heads].tolist(), head_dst=schedule.dst[heads].tolist(),
-                   nbytes=schedule.transfer_bytes.tolist(), reduces=schedule.reduce.tolist(),
-                   dst=schedule.dst.tolist())
+        conn_of, heads, next_in_conn = _connection_queues(schedule)
+
+        def column(values: np.ndarray) -> tuple:
+            """The values as Python scalars; all equal (equal chunks), one shared object."""
+            if len(values) and (values == values[0]).all():
+                return (values[0].item(),) * len(values)
+            return tuple(values.tolist())
+
+        return cls(schedule=schedule, counts=column(counts), dep_ptr=column(dependents_ptr),
+                   dep_owner=column(owners), epoch=column(epoch) if n_epochs > 1 else None,
+                   n_epochs=n_epochs, epoch_left=epoch_left, conn_of=conn_of,
+                   conn_of_l=column(conn_of), first_of_conn=heads.tolist(),
+                   next_in_conn=column(next_in_conn), head_src=schedule.src[heads].tolist(),
+                   head_dst=schedule.dst[heads].tolist(), nbytes=column(schedule.transfer_bytes),
+                   reduces=column(schedule.reduce))
 
 
 def _connections(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
     """FIFO connection of every transfer (its ``(src, dst, channel)``, numbered in order of
     first use) and the first transfer of each connection."""
+    conn_of, heads, _next = _connection_queues(schedule)
+    return conn_of, heads
+
+
+def _connection_queues(schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_connections`, plus each connection's FIFO queue as a chain: the transfer after
+    every transfer on its connection, in list order (-1 after the last)."""
     n = len(schedule)
     if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, np.int64)
     chan = schedule.channel.astype(np.int64)
     key = ((schedule.src.astype(np.int64) * schedule.total_ranks + schedule.dst)
            * (int(chan.max()) + 1) + chan)
-    _keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_key = _stable_order(key)                     # connection by connection, in list order
+    sorted_key = key[by_key]
+    same = sorted_key[1:] == sorted_key[:-1]        # consecutive entries of one connection
+    next_in_conn = np.full(n, -1, dtype=np.int64)
+    next_in_conn[by_key[:-1][same]] = by_key[1:][same]
+    first = by_key[np.flatnonzero(np.concatenate(([True], ~same)))]
     by_first = np.argsort(first, kind="stable")
     number = np.empty(len(first), dtype=np.int64)
     number[by_first] = np.arange(len(first))
-    return number[inverse.ravel()], first[by_first]
+    group = np.cumsum(np.concatenate(([0], ~same)))  # connection of each sorted entry, by key
+    conn_of = np.empty(n, dtype=np.int64)
+    conn_of[by_key] = number[group]
+    return conn_of, first[by_first], next_in_conn
+
+
+def _stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of non-negative integers: where ``(key, position)``
+    packs into an int64, one plain sort of the packed codes (several times faster)."""
+    n = len(key)
+    bits = n.bit_length()
+    if n == 0 or int(key.max()).bit_length() + bits > 62:
+        return np.argsort(key, kind="stable")
+    code = key.astype(np.int64) << bits
+    code |= np.arange(n)
+    code.sort()
+    return code & ((1 << bits) - 1)
 
 
 def _abbrev(values: list, limit: int = 10) -> str:
