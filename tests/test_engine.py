@@ -211,3 +211,23 @@ def test_failure_after_completion_changes_nothing():
     engine.fail_node("host1", at_s=10.0)
     engine.run()
     assert run.remaining == 0 and run.end_s < 1e-3
+
+
+def test_link_rate_timeline_sums_rates_in_flow_order():
+    """A link's logged rate is its flows' rates summed in start order, never in the order a set
+    of flows happens to iterate (floating-point sums depend on order: the same scenario must
+    give byte-identical timelines)."""
+    rates = [0.1 * k for k in range(1, 13)] + [0.3, 0.2, 0.1, 0.7, 0.05]
+    caps = {"shared": 1000.0} | {f"own{k}": r for k, r in enumerate(rates)}
+    flows = [(0, 1.0, ["shared", f"own{k}"]) for k in range(len(rates))]
+    expected = 0.0
+    for r in rates:
+        expected += r
+    keep = []     # a set of flows iterates in address order: vary the addresses across runs
+    for _ in range(8):
+        _done, net = run_flows(caps, flows)
+        shared = net.keys.index("shared")
+        assert net.rate_log[shared][0] == (0.0, expected)   # exact: the same additions
+        keep.append(net)
+    # and a different order would have given another value for these rates
+    assert sum(sorted(rates)) != expected
