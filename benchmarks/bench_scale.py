@@ -109,10 +109,42 @@ def run_point(algorithm: str, n: int, engine: str, budget_s: float) -> dict:
     return record
 
 
-#: The machine-speed reference, run at the start and the end of a sweep: these shared 2-core
-#: machines vary by up to 3x in speed from hour to hour, so absolute wall times are only
-#: comparable between runs through it (the table of the previous round had 0.43 s for it).
+#: The engine reference, run at the start and the end of a sweep: the event engine on a
+#: 256-rank ring. It tracks the machine's speed within a round, but moves with the engine's own
+#: code (0.83 s -> 0.51 s in alternating runs when the event engine got ~2x faster), so across
+#: rounds compare :func:`machine_reference` instead.
 REFERENCE = ("ring", 256, "event")
+
+
+def machine_reference() -> float:
+    """Seconds for a fixed workload that uses no project code (a heap of 400,000 tuples
+    pushed and popped, and a Python loop of dictionary and list work): these shared 2-core
+    machines vary by up to 3x in speed from hour to hour, so absolute wall times are only
+    comparable between runs through it."""
+    import heapq
+    import random
+
+    rng = random.Random(7)
+    t0 = time.perf_counter()
+    heap: list = []
+    for k in range(400_000):
+        heapq.heappush(heap, (rng.random(), k))
+    while heap:
+        heapq.heappop(heap)
+    table: dict = {}
+    items: list = []
+    for k in range(1_000_000):
+        table[k % 4096] = table.get(k % 4096, 0) + k
+        items.append(k)
+    return time.perf_counter() - t0
+
+
+def machine_reference_s() -> float:
+    """:func:`machine_reference` in a subprocess: a child's peak RSS counts the memory its
+    parent had when it forked, so this process must stay small for the points' memory."""
+    out = subprocess.run([sys.executable, __file__, "--machine-reference"], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
 
 
 def sweep(algorithms, ranks, budget_s, log=print) -> list[dict]:
@@ -229,16 +261,22 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=120.0,
                         help="wall-clock budget per point, s (event engine beyond it: skipped)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--machine-reference", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.machine_reference:
+        print(machine_reference())
+        return
     if args.point:
         print(json.dumps(point(args.point[0], int(args.point[1]), args.point[2])))
         return
     import pandas as pd
 
     started = time.perf_counter()
+    machine_s = [machine_reference_s()]
     reference = [run_point(*REFERENCE, args.budget)]
     records = sweep(args.algorithms, args.ranks, args.budget)
     reference.append(run_point(*REFERENCE, args.budget))
+    machine_s.append(machine_reference_s())
     ref_s = [r.get("wall_s", math.nan) for r in reference]
     records += [dict(r, engine="reference") for r in reference]
     frame = add_parity(pd.DataFrame(records))
@@ -254,8 +292,10 @@ def main() -> None:
     print()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; total {time.perf_counter() - started:.0f} s")
-    print(f"speed reference ({' '.join(map(str, REFERENCE))}): {ref_s[0]:.2f} s at the start, "
-          f"{ref_s[1]:.2f} s at the end (0.43 s in the previous round's table)")
+    print(f"machine reference (fixed workload, no project code): {machine_s[0]:.2f} s at the "
+          f"start, {machine_s[1]:.2f} s at the end")
+    print(f"engine reference ({' '.join(map(str, REFERENCE))}): {ref_s[0]:.2f} s at the start, "
+          f"{ref_s[1]:.2f} s at the end")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from bench_scale import machine_reference_s
 
 from simulator.topology import load_topology
 from simulator.workload.models import get_model
@@ -101,6 +102,7 @@ def main() -> None:
                         choices=["event", "auto"])
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
+    machine_s = [machine_reference_s()]
     graph = cluster()
     spec = TrainingSpec(models=("resnet50",), batch_per_gpu=32, gpus=tuple(args.gpus),
                         aggregations=tuple(args.aggregations))
@@ -110,6 +112,7 @@ def main() -> None:
         rows = event_sweep(graph, spec) if engine == "event" else auto_sweep(graph, spec)
         totals[engine] = time.perf_counter() - t0
         frames.append(pd.DataFrame(rows).assign(engine=engine))
+    machine_s.append(machine_reference_s())
     frame = pd.concat(frames, ignore_index=True)
     wide = frame.pivot_table(index=["aggregation", "gpus"], columns="engine",
                              values=["wall_s", "iteration_s"], sort=False)
@@ -135,6 +138,8 @@ def main() -> None:
     print()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}")
+    print(f"machine reference (bench_scale.machine_reference, no project code): "
+          f"{machine_s[0]:.2f} s at the start, {machine_s[1]:.2f} s at the end")
     if math.isfinite(totals.get("auto", math.nan)):
         print(f"auto total: {totals['auto']:.1f} s (target 60 s)")
 

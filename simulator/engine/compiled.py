@@ -3,7 +3,7 @@
 Why: the step-level shortcuts of :mod:`.fast` apply only where steps run in lockstep or rates
 are fixed. Where flows of different steps share links at the same time (pipelined slices, a
 hierarchical all-reduce whose outer rings share a machine's NIC over unequal paths) only event
-simulation is exact, and the Python event engine pays ~10-20 us per transfer: a hierarchical
+simulation is exact, and the Python event engine pays ~3-8 us per transfer: a hierarchical
 all-reduce over 1,024 GPUs (~300,000 transfers) takes seconds per gradient bucket.
 
 What this module does: it runs *the event engine's own algorithm* -- the schedule's data-flow

@@ -4,7 +4,7 @@ Why a separate path: a pipelined tree is the one family the step-level fast path
 :mod:`.fast` cannot shortcut. Its FIFO segments of successive steps share links at the same
 time, so there are no waves to solve once and repeat, and the ranks of NCCL's two trees have no
 symmetry to exploit (colour refinement of the two trees separates every rank). The event engine
-handles it exactly but pays ~10-20 us of Python per transfer, and a double binary tree of
+handles it exactly but pays ~3-8 us of Python per transfer, and a double binary tree of
 256 MiB in 512 KiB segments has ``4·(p-1)·256`` transfers: 16.8 million at 16,384 ranks.
 
 What this module does: it runs *the event engine's own algorithm* — the same events in the same
