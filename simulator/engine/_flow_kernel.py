@@ -19,6 +19,14 @@ State is passed as tuples of arrays so that both main loops share these function
   arrivals, dirty resources) and scratch space (:func:`instant_state`);
 * ``ic``/``fc``: integer and float scalars in one array each (indices ``_N_*`` and ``_T_*``).
 
+Reference counting: numba increments and decrements (atomically) the reference count of every
+array a function receives, tuple members included, on every call that it does not inline. The
+per-transfer helpers receive tuples of ~40 arrays, so those counts were a third of the run time.
+Helpers that allocate nothing are therefore compiled without numba's runtime
+(``@njit(_nrt=False)``: no counts; such a function cannot create arrays, lists or tuples of
+arrays to return), and the work that allocates (event pushes, growing the delivery queue) is
+done by the callers, once per round rather than once per transfer.
+
 Event heap entries are ``(time, eid, member, kind, code)``: ``eid`` is the creation counter that
 orders SimPy's events of one instant; ``member`` orders the transfers of one delivery batch (the
 engine delivers a batch in one callback, in drain order); ``code`` names the transfer. Flows
