@@ -75,6 +75,10 @@ class Router:
         self._transit = frozenset(n for n, kind in graph.nodes(data="kind")
                                   if kind not in NON_TRANSIT_KINDS)
         self._cache: dict[tuple[str, str], Path] = {}
+        # per node, its successors and predecessors that may carry transit (built on first
+        # use: a switch with thousands of hosts would otherwise be scanned once per route)
+        self._transit_succ: dict[str, list[str]] = {}
+        self._transit_pred: dict[str, list[str]] = {}
 
     def path(self, src: str, dst: str) -> Path:
         """The path from ``src`` to ``dst`` (cached); ``src == dst`` gives an empty path."""
@@ -144,10 +148,10 @@ class Router:
         front, back = [src], [dst]
         while front and back:
             if len(front) <= len(back):
-                front = self._grow(front, forward, succ, dst)
+                front = self._grow(front, forward, succ, self._transit_succ, dst)
                 meet = [n for n in front if n in backward]
             else:
-                back = self._grow(back, backward, pred, src)
+                back = self._grow(back, backward, pred, self._transit_pred, src)
                 meet = [n for n in back if n in forward]
             if meet:
                 break
@@ -157,14 +161,25 @@ class Router:
                 for head, tail in itertools.product(self._chains(m, forward, reverse=True),
                                                     self._chains(m, backward, reverse=False))]
 
-    def _grow(self, frontier, seen, neighbours, goal):
-        """Expand one BFS level; only transit nodes (and the goal) are entered."""
+    def _grow(self, frontier, seen, neighbours, transit_of, goal):
+        """Expand one BFS level; only transit nodes (and the goal) are entered.
+
+        ``transit_of`` caches, per node, its neighbours that may carry transit; the goal, if it
+        may not, is looked up directly. (The level's order may differ from a scan of all
+        neighbours; the paths found are the same, and :meth:`_route` sorts them.)"""
         level: dict[str, list[str]] = {}
+        transit = self._transit
+        goal_is_end = goal not in transit
         for u in frontier:  # the origin, or transit nodes: the goal ends the search first
-            for v in neighbours[u]:
-                if v in seen or (v != goal and v not in self._transit):
-                    continue
-                level.setdefault(v, []).append(u)
+            nbrs = neighbours[u]
+            candidates = transit_of.get(u)
+            if candidates is None:
+                candidates = transit_of[u] = [v for v in nbrs if v in transit]
+            for v in candidates:
+                if v not in seen:
+                    level.setdefault(v, []).append(u)
+            if goal_is_end and goal in nbrs and goal not in seen:
+                level.setdefault(goal, []).append(u)
         for v, parents in level.items():
             seen[v] = tuple(parents)
         return list(level)
