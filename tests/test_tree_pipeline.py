@@ -60,3 +60,30 @@ def test_auto_engine_uses_it_and_time_changes_with_inputs():
                                   "link_latency": "1us"})
     row = run_collective(slow, "allreduce", "double_binary_tree", 16 << 20, engine="fast").row
     assert row["time_s"] > 9 * rows[0]["time_s"]
+
+
+def test_kernel_caches_older_than_the_shared_helpers_are_dropped(tmp_path):
+    """numba notices edits of a kernel's own file only: a cached kernel older than
+    _flow_kernel.py (whose helpers it compiled in) must be deleted, a newer one kept."""
+    import os
+
+    from simulator.engine.tree_pipeline import stale_kernel_caches
+
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    old = [cache / "_tree_kernel.simulate_tree_pipeline-115.py311.nbi",
+           cache / "_schedule_kernel.simulate_schedule-75.py311.1.nbc"]
+    new = cache / "_tree_kernel._ready-23.py311.nbi"
+    other = cache / "_flow_kernel.solve-500.py311.nbi"      # its own file: numba checks it
+    for f in [*old, new, other]:
+        f.write_bytes(b"x")
+    shared = tmp_path / "_flow_kernel.py"
+    shared.write_text("# helpers\n")
+    t = shared.stat().st_mtime
+    for f in [*old, other]:
+        os.utime(f, (t - 100, t - 100))
+    os.utime(new, (t + 100, t + 100))
+    assert stale_kernel_caches(tmp_path) == old       # (kernel modules in order)
+    stale_kernel_caches(tmp_path, delete=True)
+    assert not any(f.exists() for f in old)
+    assert new.exists() and other.exists()

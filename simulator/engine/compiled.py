@@ -29,7 +29,7 @@ import numpy as np
 
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs
-from .tree_pipeline import numba_available, placed
+from .tree_pipeline import drop_stale_kernel_caches, numba_available, placed
 
 METHOD = "compiled-events"
 
@@ -72,6 +72,7 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     dst = schedule.dst.astype(np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         reduce_s = np.where(schedule.reduce & np.isfinite(rate[dst]), nbytes / rate[dst], 0.0)
+    drop_stale_kernel_caches()
     from ._schedule_kernel import simulate_schedule
 
     time_s, carried, _dev_s, solves, _t_done = simulate_schedule(

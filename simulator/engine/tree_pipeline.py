@@ -64,6 +64,45 @@ def numba_available() -> bool:
     return True
 
 
+#: The compiled kernels whose cached machine code includes :mod:`._flow_kernel`'s helpers.
+KERNEL_MODULES = ("_tree_kernel", "_schedule_kernel")
+_CACHES_CHECKED = False
+
+
+def drop_stale_kernel_caches() -> None:
+    """Delete the kernels' numba cache files that are older than ``_flow_kernel.py``.
+
+    numba's disk cache of a function is invalidated by changes to the function's own file only,
+    while the kernels compile :mod:`._flow_kernel`'s helpers into their machine code: after an
+    edit of ``_flow_kernel.py`` they would go on running (and being timed with) the old helpers.
+    Checked once per process, before the first kernel call; a fresh install or clone has no
+    cache to check. (Caches that numba keeps elsewhere, e.g. under ``NUMBA_CACHE_DIR``, are not
+    looked at.)"""
+    global _CACHES_CHECKED
+    if not _CACHES_CHECKED:
+        _CACHES_CHECKED = True
+        from pathlib import Path
+
+        stale_kernel_caches(Path(__file__).parent, delete=True)
+
+
+def stale_kernel_caches(folder, delete: bool = False) -> list:
+    """The cache files of :data:`KERNEL_MODULES` in ``folder/__pycache__`` older than
+    ``folder/_flow_kernel.py`` (deleted if ``delete``)."""
+    stale = []
+    try:
+        shared = (folder / "_flow_kernel.py").stat().st_mtime
+        for module in KERNEL_MODULES:
+            for cached in sorted((folder / "__pycache__").glob(f"{module}.*.nb[ic]")):
+                if cached.stat().st_mtime < shared:
+                    stale.append(cached)
+                    if delete:
+                        cached.unlink(missing_ok=True)
+    except OSError:     # a read-only install, or another process removing them as well
+        pass
+    return stale
+
+
 def tree_layout(collective: str, algorithm: str, ranks: int, size_bytes: int, options: dict):
     """The trees, segment count and per-tree segment sizes the schedule builder would use.
 
@@ -215,6 +254,7 @@ def _kernel():
     """The compiled simulation (built on first use; numba caches it on disk)."""
     global _KERNEL
     if _KERNEL is None:
+        drop_stale_kernel_caches()
         from ._tree_kernel import simulate_tree_pipeline
         _KERNEL = simulate_tree_pipeline
     return _KERNEL
