@@ -665,15 +665,14 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
     leave their resources. Returns how many (they are in ``inst[7]``, in drain order) and
     whether a solve is due; without one the wake-up is re-armed here."""
     path_of, res_ptr, res_idx = net[0], net[1], net[2]
-    f_active, f_rate, f_remaining, f_version, f_size, f_bneck = (fl[0], fl[1], fl[2], fl[5],
-                                                                 fl[7], fl[11])
+    f_active, f_rate, f_remaining, f_finish, f_version, f_fid, f_size, f_bneck = (
+        fl[0], fl[1], fl[2], fl[4], fl[5], fl[6], fl[7], fl[11])
     n_on, carried = rs[0], rs[1]
     dep_count, dep_rate, dep_bneck, dep_touched, dep_list, done = (inst[0], inst[1], inst[2],
                                                                    inst[3], inst[4], inst[7])
     fc[_T_WAKE] = np.inf
     limit = now + _EPS * max(1.0, abs(now))
     n_done = 0
-    f_finish, f_fid = fl[4], fl[6]
     heap, size = flows[0], flows[2]
     while size[0] > 0 and f_finish[heap[0]] <= limit:
         c = flow_heap_pop(flows, f_finish, f_fid)
@@ -723,9 +722,9 @@ def _grown(ring, head, tail, extra):
 def deliver_into(code, lat, now, events, batches, ic, fc, codes, counts):
     """runner.drained's delivery of transfer ``code``: one path latency later, in the batch of
     its instant (one SimPy event per delivery instant, members in drain order); at once without
-    latency. The delivery queue ``(codes, counts)`` must have room for one more (see
-    :func:`deliver`, and :func:`wake_up`, which makes room for all its deliveries at once:
-    growing returns new arrays, and numba reference-counts every array a loop reassigns).
+    latency. The delivery queue ``(codes, counts)`` must have room for one more
+    (:func:`make_room`: :func:`released` makes it for one transfer, :func:`wake_up` once for
+    all the flows it drains).
 
     Where every path has the same latency, batches open in time order and close in that order,
     so a batch is one ``BATCH`` event and its members wait in the circular queue ``codes``
@@ -821,7 +820,9 @@ def released(c, code, now, net, events, batches, ic, fc, codes, counts, busy, pe
 def wake_up(now, net, fl, rs, inst, ic, fc, flows, events, batches, codes, counts, busy,
             on_wire, pending, n_pending):
     """A (current) wake-up: drain the flows due (:func:`drain`) and release each, in drain
-    order (as :func:`released` does, with room made once for all the deliveries). Returns
+    order, as :func:`released` does but with room made once for all their deliveries (growing
+    returns new arrays, and numba reference-counts every array a loop reassigns; a shared
+    helper called per flow measured ~4 % slower at 4,096 ranks, even inlined). Returns
     ``(solve due, worklist length, codes, counts)``."""
     n_done, due = drain(now, net, fl, rs, inst, ic, fc, flows, events)
     done = inst[7]
