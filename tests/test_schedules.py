@@ -443,3 +443,23 @@ def test_vectorised_dependencies_on_real_schedules(name, opts):
     schedule = make_schedule(name, "allreduce", 6, 1000, slices=2, **opts)
     a, b = dependencies(schedule), dependencies_reference(schedule)
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+def test_packed_sort_orders_pairs_and_declines_what_does_not_fit():
+    """The packed sort behind the dependency derivation and the runner's stable order: pairs in
+    (high, low) order, None where high << low_bits passes 62 bits (callers then fall back)."""
+    import numpy as np
+
+    from simulator.engine.runner import _stable_order
+    from simulator.schedules.deps import packed_sort
+
+    rng = np.random.default_rng(5)
+    high = rng.integers(0, 50, 1000)
+    low = rng.integers(0, 1 << 10, 1000)
+    code = packed_sort(high, low, 10)
+    order = np.lexsort((low, high))
+    assert (code >> 10).tolist() == high[order].tolist()
+    assert (code & 1023).tolist() == low[order].tolist()
+    assert packed_sort(np.array([1 << 60]), np.array([0]), 10) is None
+    for key in (high, np.array([1 << 60, 3, 1 << 60, 3, 0])):       # packed, and the fallback
+        assert _stable_order(key).tolist() == np.argsort(key, kind="stable").tolist()
