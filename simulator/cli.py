@@ -59,8 +59,63 @@ def _algorithms(spec: str, collective: str) -> list[str]:
         raise ConfigError("--algorithm is empty")
     for name in names:
         if name != "auto":
-            get_algorithm(name)
+            check_algorithm(name)
     return names
+
+
+def check_algorithm(name: str) -> None:
+    """A registered algorithm, or one a library adds (``nvls``); else the error listing both."""
+    from .library.nccl import NCCL_ALGORITHM
+    from .schedules import ALGORITHMS, get_algorithm
+
+    if name in NCCL_ALGORITHM and name not in ALGORITHMS:
+        return
+    get_algorithm(name)
+
+
+def add_library_arguments(parser) -> None:
+    """``--library``, ``--protocol``, ``--launch``, ``--nccl-version``: the collective library
+    between the algorithm and the wires (:mod:`simulator.library`)."""
+    parser.add_argument("--library", default=None, metavar="ideal|nccl",
+                        help="collective library (default: nccl on GPU topologies, ideal on "
+                             "star and fat_tree)")
+    parser.add_argument("--protocol", default=None, metavar="LL|LL128|Simple|auto",
+                        help="force the library's protocol (as NCCL_PROTO); default: its tuner")
+    parser.add_argument("--launch", default=None, metavar="MODE",
+                        help="how calls were issued: mpi (one process per GPU), group[:G] (one "
+                             "thread drives G GPUs, nccl-tests -g G), torch, none")
+    parser.add_argument("--nccl-version", default=None, metavar="X.Y",
+                        help="NCCL version whose constants to use (default: the newest, 2.30; "
+                             "compare: each point's nccl_version)")
+
+
+def library_args(args, graph) -> dict:
+    """The library keyword arguments of ``run_collective``/``compare`` from parsed flags."""
+    from .library import LIBRARIES, default_library
+    from .library.launch import parse_launch
+    from .library.nccl import _protocol
+    from .library.nccl_constants import get_version
+
+    name = args.library or default_library(graph)
+    if name not in LIBRARIES:
+        from .errors import unknown_name
+
+        raise unknown_name("library (--library)", name, LIBRARIES)
+    protocol = None if args.protocol in (None, "auto") else _protocol(args.protocol)
+    if name == "ideal" and (protocol or args.launch or args.nccl_version):
+        raise ConfigError("--protocol, --launch and --nccl-version need --library nccl (the "
+                          "ideal library has no protocols or launch costs)")
+    if args.launch is not None:
+        parse_launch(args.launch)
+    if args.nccl_version is not None:
+        import re
+
+        if not re.fullmatch(r"\s*\d+\.\d+(\.\d+)?\s*", str(args.nccl_version)):
+            raise ConfigError(f"--nccl-version: expected a version such as 2.18 or 2.18.3, "
+                              f"got {args.nccl_version!r}")
+        get_version(args.nccl_version)
+    return {"library": name, "protocol": protocol, "launch": args.launch,
+            "version": args.nccl_version}
 
 
 def _primary_names() -> list[str]:
@@ -116,13 +171,17 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
 
 def cmd_collective(args) -> int:
     from .collective import RESULT_COLUMNS, run_collective
-    from .tuner import choose_algorithm
+    from .library import get_library
 
     graph = _load(args)
     sizes = [parse_size(s, what="--size") for s in args.size]
     if args.slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {args.slices}")
     algorithms = _algorithms(args.algorithm, args.collective)
+    lib_args = library_args(args, graph)
+    library = lib_args["library"]
+    if library == "nccl":
+        library = get_library("nccl", version=lib_args["version"], launch=lib_args["launch"])
     ps_opts = _ps_options(args)
     extra = _algo_options(args.option, algorithms)
     if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":
@@ -135,19 +194,19 @@ def cmd_collective(args) -> int:
     rows = []
     for size in sizes:
         for name in algorithms:
-            chosen = name
-            if name == "auto":
-                chosen = choose_algorithm(graph, args.collective, size, gpus=args.gpus)
-                print(f"auto: chose {chosen} for {args.collective} of {format_size(size)}",
-                      file=sys.stderr)
-            opts = dict(ps_opts) if chosen == "ps" else {}
-            opts.update(extra.get(chosen, {}))
-            result = run_collective(graph, args.collective, chosen, size, gpus=args.gpus,
+            opts = dict(ps_opts) if name == "ps" else {}
+            opts.update(extra.get(name, {}))
+            result = run_collective(graph, args.collective, name, size, gpus=args.gpus,
                                     slices=args.slices, reduce_compute=not args.free_reduce,
-                                    engine=args.engine, **opts)
+                                    engine=args.engine, library=library,
+                                    protocol=lib_args["protocol"], **opts)
             row = dict(result.row)
             if name == "auto":
-                row["algorithm"] = f"auto:{chosen}"
+                plan = result.plan
+                how = (f"{plan.label}/{plan.protocol} on {plan.channels} channel(s)"
+                       if plan.protocol else plan.label)
+                print(f"auto: chose {how} for {args.collective} of {format_size(size)}"
+                      f" ({row['library']} library)", file=sys.stderr)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     _emit(frame, args.format)
@@ -178,6 +237,10 @@ def format_table(frame: pd.DataFrame) -> str:
     })
     if "engine" in frame and (frame["engine"] != "event").any():
         shown["engine"] = frame["engine"]
+    if "library" in frame and (frame["library"] != "ideal").any():
+        shown["library"] = frame["library"]
+        shown["protocol"] = frame["protocol"]
+        shown["channels"] = frame["channels"]
     fastest = frame.groupby("size_bytes")["time_s"].transform("min")
     if frame["algorithm"].nunique() > 1:
         shown["vs_best"] = [f"{t / b:.2f}x" if b > 0 else "-" for t, b in
@@ -447,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "step-synchronous/symmetric fast path, an error where it cannot prove "
                         "itself equal to the event engine; auto: fast where it applies, else "
                         "event. The row's engine column says which ran")
+    add_library_arguments(c)
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.set_defaults(func=cmd_collective)
 

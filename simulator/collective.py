@@ -26,6 +26,7 @@ import networkx as nx
 from .engine.fast import FastResult, NotApplicable, fast_collective
 from .engine.runner import Engine, ScheduleRun
 from .errors import ConfigError, unknown_name
+from .library import Plan, resolve_library
 from .records import bottleneck, links_frame
 from .schedules import get_algorithm, make_schedule
 from .schedules.base import Schedule
@@ -38,7 +39,8 @@ ENGINES = ("event", "fast", "auto")
 
 RESULT_COLUMNS = ("collective", "algorithm", "gpus", "size_bytes", "slices", "time_s", "time_us",
                   "algbw_GBps", "busbw_GBps", "bottleneck_link", "bottleneck_utilisation",
-                  "ps_servers", "ps_placement", "topology", "engine")
+                  "ps_servers", "ps_placement", "topology", "engine", "library", "protocol",
+                  "channels")
 
 
 def bus_factor(collective: str, ranks: int) -> float:
@@ -66,6 +68,7 @@ class CollectiveRun:
     engine: Engine | None
     schedule: Schedule | None
     fast: FastResult | None = None
+    plan: Plan | None = None
 
 
 def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
@@ -109,7 +112,7 @@ def default_options(graph: nx.DiGraph, algorithm: str, gpus: int, options: dict)
         plan = ring_orders(graph, gpus)
         if plan.orders is not None:
             opts.update(orders=plan.orders, channels=plan.channels)
-    if "channels" in accepted and "channels" not in opts:
+    if "channels" in accepted and "channels" not in opts and "segment_bytes" not in accepted:
         opts["channels"] = max(1, nics_per_machine(graph, gpus))
     return opts
 
@@ -146,30 +149,59 @@ def placement(graph: nx.DiGraph, gpus: int, servers: int = 0, dedicated: bool = 
 def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int, *,
                    gpus: int | None = None, slices: int = 1, reduce_compute: bool = True,
                    record_rates: bool = False, sim_engine: Engine | None = None,
-                   engine: str = "event", **options) -> CollectiveRun:
+                   engine: str = "event", library=None, protocol: str | None = None,
+                   launch=None, exclude: tuple = (), **options) -> CollectiveRun:
     """Simulate one collective alone on ``graph`` and return its result row and records.
 
     ``options`` go to the algorithm (e.g. ``servers``, ``placement``, ``shards``, ``phased``
     for ``ps``; ``local_ranks``, ``inner``, ``outer`` for ``hierarchical``; ``root``).
+
+    ``library``: the collective library between the algorithm and the wires
+    (:mod:`simulator.library`): ``"ideal"`` (the default here: bare wires), ``"nccl"``, a
+    library object, or ``"default"`` (by topology: ``nccl`` on GPU clusters). The library turns
+    the call into a :class:`~simulator.library.base.Plan` (schedule, costed topology, fixed and
+    host times); ``protocol`` forces its protocol, ``launch`` says how calls are issued,
+    ``exclude`` names library algorithms its tuner may not choose (``("nvls",)``).
+    ``algorithm="auto"`` lets the library choose (NCCL's tuner; for ``ideal``, the fastest
+    simulated candidate).
 
     ``engine``: ``"event"`` (default) runs the event engine (on ``sim_engine`` if given, where
     other traffic may share the links); ``"fast"`` the fast path of
     :mod:`simulator.engine.fast`, raising :class:`~simulator.engine.fast.NotApplicable` with
     the reason when it cannot prove its answer equal to the event engine's; ``"auto"`` the fast
     path when it applies, else the event engine. The row's ``engine`` column says which ran.
+    Every engine runs the plan's schedule on the plan's graph: the library's costs are data.
     """
     if engine not in ENGINES:
         raise unknown_name("engine", engine, ENGINES)
     n = len(endpoints(graph)) if gpus is None else int(gpus)
     if n < 1:
         raise ConfigError(f"--gpus must be >= 1, got {n}")
+    lib = resolve_library("ideal" if library is None else library, graph)
+    requested = algorithm
+    if algorithm == "auto" and lib.name == "ideal":
+        from .tuner import choose_algorithm
+
+        algorithm = choose_algorithm(graph, collective, size_bytes, gpus=n)
+    plan = lib.plan(graph, collective, algorithm, size_bytes, n, protocol=protocol,
+                    launch=launch, exclude=exclude)
+    source_graph, graph = graph, plan.graph
+    slices = plan.slices or slices
+    if plan.reduce_compute is not None:
+        reduce_compute = reduce_compute and plan.reduce_compute
+    algorithm = plan.algorithm
+    options = {**options, **plan.options}
     options = default_options(graph, algorithm, n, options)
     servers = int(options.get("servers", 1)) if algorithm == "ps" else 0
     dedicated = options.get("placement", "dedicated") == "dedicated"
     schedule = None
     if engine == "event":
         schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
-    nodes = placement(graph, n, servers, dedicated)
+    if plan.helper_nodes:
+        nodes = placement(graph, n) + list(plan.helper_nodes)
+    else:
+        nodes = placement(graph, n, servers, dedicated)
+    label = requested if requested != "auto" else f"auto:{plan.label}"
     if engine != "event":
         if sim_engine is not None or record_rates:
             if engine == "fast":
@@ -182,10 +214,11 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
                                              options=options)
             if fast.applicable:
                 link, util = fast.bottleneck(graph)
-                row = _row(graph, collective, algorithm, size_bytes, n, slices, fast.time_s,
-                           link, util, servers, options, "fast")
+                row = _row(source_graph, collective, label, size_bytes, n, slices,
+                           plan.total_time_s(fast.time_s), link, util, servers, options,
+                           "fast", plan)
                 return CollectiveRun(row=row, run=None, engine=None, schedule=schedule,
-                                     fast=fast)
+                                     fast=fast, plan=plan)
             if engine == "fast":
                 raise NotApplicable(f"the fast engine does not apply to {algorithm} "
                                     f"{collective} on {n} ranks: {fast.reason}; use --engine "
@@ -198,13 +231,13 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     sim_engine.run()
     time_s = run.time_s
     link, util = bottleneck(links_frame(sim_engine, time_s))
-    row = _row(graph, collective, algorithm, size_bytes, n, slices, time_s, link, util, servers,
-               options, "event")
-    return CollectiveRun(row=row, run=run, engine=sim_engine, schedule=schedule)
+    row = _row(source_graph, collective, label, size_bytes, n, slices, plan.total_time_s(time_s),
+               link, util, servers, options, "event", plan)
+    return CollectiveRun(row=row, run=run, engine=sim_engine, schedule=schedule, plan=plan)
 
 
 def _row(graph, collective, algorithm, size_bytes, n, slices, time_s, link, util, servers,
-         options, engine) -> dict:
+         options, engine, plan: Plan) -> dict:
     algbw = size_bytes / time_s / 1e9 if time_s > 0 else float("inf")
     return {
         "collective": collective, "algorithm": algorithm, "gpus": n,
@@ -215,4 +248,12 @@ def _row(graph, collective, algorithm, size_bytes, n, slices, time_s, link, util
         "ps_servers": servers if algorithm == "ps" else 0,
         "ps_placement": options.get("placement", "dedicated") if algorithm == "ps" else "",
         "topology": graph.graph.get("name", ""), "engine": engine,
+        "library": plan.library, "protocol": plan.protocol, "channels": _channels(plan, options),
     }
+
+
+def _channels(plan: Plan, options: dict) -> int:
+    """Channels the call ran on: the library's count, else the schedule's ``channels``."""
+    if plan.channels:
+        return int(plan.channels)
+    return int(options.get("channels") or 1)

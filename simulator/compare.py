@@ -40,7 +40,8 @@ _KEYS = ("source", "topology", "collective", "algorithm", "gpus", "size_bytes")
 #: Columns of :func:`compare`'s result, in order (the measured file's optional columns follow).
 POINT_COLUMNS = _KEYS + ("simulated_algorithm", "size_band", "measured_time_us",
                          "simulated_time_us", "error_pct", "abs_error_pct",
-                         "measured_busbw_GBps", "simulated_busbw_GBps", "bottleneck_link")
+                         "measured_busbw_GBps", "simulated_busbw_GBps", "bottleneck_link",
+                         "library", "simulated_protocol", "channels", "launch_mode")
 _SUMMARY_COLUMNS = ("points", "mape_pct", "median_ape_pct", "max_ape_pct", "bias_pct")
 
 
@@ -62,7 +63,9 @@ def _where(measured: pd.DataFrame, i: int) -> str:
 
 def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             algorithm_override: str | None = None, options: dict | None = None,
-            reduce_compute: bool = True, cache: dict | None = None) -> pd.DataFrame:
+            reduce_compute: bool = True, cache: dict | None = None, library=None,
+            protocol: str | None = None, launch=None, version: str | None = None,
+            engine: str = "auto", library_settings: dict | None = None) -> pd.DataFrame:
     """Simulate every measured point on ``graph`` and return measured vs simulated per point.
 
     Parameters
@@ -82,6 +85,17 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         Charge reduction compute on the receiving device (default, as the CLI does).
     cache : dict, optional
         Simulations by point, shared between calls on the same graph (a fresh dict by default).
+    library : str, optional
+        ``ideal`` or ``nccl`` (:mod:`simulator.library`); default by topology (``nccl`` on GPU
+        clusters).
+    protocol, launch, version : str, optional
+        Force the library's protocol, launch mode and version for every point; by default each
+        point's own ``protocol``, ``launch`` and ``library_version`` columns, and the launch
+        mode its ``notes`` imply (:func:`~simulator.library.launch.launch_from_notes`).
+    engine : str
+        Engine method (``auto``: the fast path where it applies, the same times).
+    library_settings : dict, optional
+        Extra settings of the library object (calibrated ``scale`` and launch ``costs``).
 
     Returns
     -------
@@ -95,31 +109,61 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         collective), naming the file and line of the point.
     """
     from .collective import run_collective
-    from .tuner import choose_algorithm
+    from .library import default_library, get_library
+    from .library.launch import launch_from_notes, parse_launch
+    from .library.machine import machine_facts
 
     check_frame(measured, COLLECTIVE_COLUMNS)
     if slices < 1:
         raise ConfigError(f"slices must be >= 1, got {slices}")
     options = options or {}
     cache = {} if cache is None else cache
-    chosen: dict = {}
+    library_name = library or default_library(graph)
+    libraries: dict = {}
     rows = []
+    columns = set(measured.columns)
+
+    def cell(point, name):
+        value = getattr(point, name, "") if name in columns else ""
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
+            else str(value).strip()
+
     for i, point in enumerate(measured.itertuples(index=False)):
         algorithm = algorithm_override or point.algorithm
         collective, gpus, size = point.collective, int(point.gpus), int(point.size_bytes)
         try:
-            if algorithm == "auto":
-                key = (collective, gpus, size)
-                if key not in chosen:
-                    chosen[key] = choose_algorithm(graph, collective, size, gpus=gpus)
-                algorithm_run = chosen[key]
+            settings = {}
+            proto = None
+            launch_mode = ""
+            if library_name == "nccl":
+                facts = machine_facts(graph, gpus)
+                mode = launch or cell(point, "launch") or launch_from_notes(
+                    cell(point, "notes"), gpus=gpus, nodes=facts.nodes)
+                mode = parse_launch(mode, gpus_per_node=int(facts.ranks_per_node))
+                launch_mode = str(mode)
+                ver = version or cell(point, "library_version") or None
+                proto = protocol or cell(point, "protocol") or None
+                key = (ver, launch_mode)
+                if key not in libraries:
+                    libraries[key] = get_library("nccl", version=ver, launch=mode,
+                                                 **(library_settings or {}))
+                lib = libraries[key]
             else:
-                algorithm_run = algorithm
-            key = (collective, algorithm_run, gpus, size, slices, reduce_compute)
+                lib = library_name
+            run_algorithm = algorithm
+            exclude = ()
+            if algorithm == "auto-nonvls":
+                run_algorithm, exclude = "auto", ("nvls",)
+            key = (collective, algorithm, gpus, size, slices, reduce_compute, library_name,
+                   launch_mode, proto, id(lib) if library_name == "nccl" else 0)
             if key not in cache:
-                cache[key] = run_collective(graph, collective, algorithm_run, size, gpus=gpus,
+                opts = options.get(run_algorithm, {})
+                if exclude:
+                    settings["exclude"] = exclude
+                cache[key] = run_collective(graph, collective, run_algorithm, size, gpus=gpus,
                                             slices=slices, reduce_compute=reduce_compute,
-                                            **options.get(algorithm_run, {})).row
+                                            engine=engine, library=lib, protocol=proto,
+                                            **settings, **opts).row
             sim = cache[key]
         except ClusterSimError as exc:
             raise type(exc)(f"{_where(measured, i)}: {collective} {algorithm} on {gpus} GPUs, "
@@ -130,14 +174,14 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         rows.append({
             "source": point.source, "topology": point.topology or sim["topology"],
             "collective": collective, "algorithm": point.algorithm, "gpus": gpus,
-            "size_bytes": size,
-            "simulated_algorithm": algorithm_run if algorithm == algorithm_run
-            else f"{algorithm}:{algorithm_run}",
+            "size_bytes": size, "simulated_algorithm": sim["algorithm"],
             "size_band": size_band(size), "measured_time_us": meas_us,
             "simulated_time_us": sim_us, "error_pct": error, "abs_error_pct": abs(error),
             "measured_busbw_GBps": float(point.busbw_GBps),
             "simulated_busbw_GBps": float(sim["busbw_GBps"]),
-            "bottleneck_link": sim["bottleneck_link"],
+            "bottleneck_link": sim["bottleneck_link"], "library": sim["library"],
+            "simulated_protocol": sim["protocol"], "channels": sim["channels"],
+            "launch_mode": launch_mode,
         })
     frame = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
     extra = [c for c in COLLECTIVE_OPTIONAL if c in measured.columns

@@ -134,15 +134,16 @@ def cmd_compare(args) -> int:
     slices = args.slices or _scenario_slices(args) or 1
     if slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {slices}")
-    if args.algorithm and args.algorithm != "auto":
-        from .schedules import get_algorithm
+    from .cli import check_algorithm, library_args
 
-        get_algorithm(args.algorithm)
+    if args.algorithm and args.algorithm != "auto":
+        check_algorithm(args.algorithm)
     measured = read_points(args.measured)
     frames = []
     for name, params, part in _topology_groups(args, measured):
         graph = load_topology(name, params)
-        frames.append(compare(part, graph, slices=slices, algorithm_override=args.algorithm))
+        frames.append(compare(part, graph, slices=slices, algorithm_override=args.algorithm,
+                              **library_args(args, graph)))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     summary = summarise(points)
     print(format_points(points))
@@ -202,6 +203,8 @@ def cmd_calibrate(args) -> int:
 
 def add_compare_parsers(subparsers) -> None:
     """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
+    from .cli import add_library_arguments
+
     c = subparsers.add_parser(
         "compare", help="simulate measured points (CSV, nccl-tests log/JSON) and report errors")
     c.add_argument("measured", metavar="MEASURED",
@@ -219,6 +222,7 @@ def add_compare_parsers(subparsers) -> None:
                         "file's")
     c.add_argument("--slices", type=int, default=None,
                    help="pipelining slices per transfer (default 1, or the scenario's)")
+    add_library_arguments(c)
     c.add_argument("--max-mape", type=float, default=None, metavar="PCT",
                    help="exit 1 if the MAPE of any size band (or overall) exceeds PCT percent")
     c.add_argument("-o", "--output", default=None, metavar="OUT",

@@ -110,14 +110,14 @@ def tree_layout(collective: str, algorithm: str, ranks: int, size_bytes: int, op
     :func:`simulator.schedules.double_tree.double_binary_tree` (same functions, same defaults).
     Returns ``(trees, segments, seg_bytes)`` with ``seg_bytes[t, s]`` in bytes.
     """
-    from ..schedules.double_tree import DEFAULT_SEGMENT_BYTES, double_trees, segments_for
+    from ..schedules.double_tree import DEFAULT_SEGMENT_BYTES, channel_trees, segments_for
     from ..schedules.tree import btree, positive_int, resolve_root
 
     if algorithm == "double_binary_tree":
-        trees = list(double_trees(ranks))
+        trees = channel_trees(ranks, options.get("channels", 1), options.get("local_ranks"))
         segments = options.get("segments")
         if segments is None:
-            segments = segments_for(-(-int(size_bytes) // 2),
+            segments = segments_for(-(-int(size_bytes) // len(trees)),
                                     options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
     else:
         root = resolve_root(collective, ranks, options.get("root"))

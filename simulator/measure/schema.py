@@ -57,7 +57,8 @@ LIBRARY_ALGORITHM = {"gloo": "ring", "nccl": "auto"}
 COLLECTIVE_COLUMNS = ("source", "topology", "collective", "algorithm", "gpus", "size_bytes",
                       "time_us", "algbw_GBps", "busbw_GBps")
 COLLECTIVE_OPTIONAL = ("time_std_us", "iterations", "backend", "device", "network",
-                       "bandwidth_bytes_per_s", "correct", "inplace_time_us", "dtype", "notes")
+                       "bandwidth_bytes_per_s", "correct", "inplace_time_us", "dtype", "notes",
+                       "protocol", "library_version", "launch")
 TRAINING_COLUMNS = ("source", "topology", "model", "aggregation", "gpus", "batch_per_gpu",
                     "precision", "throughput_samples_s", "speedup", "efficiency")
 TRAINING_OPTIONAL = ("device", "network", "throughput_unit", "notes")
@@ -83,7 +84,7 @@ _TRAIN_CSV_COLUMNS = ("source_id", "model", "dataset", "hardware", "framework", 
                       "nodes", "gpus_per_node", "precision", "batch_per_gpu", "throughput_img_s",
                       "throughput_unit", "speedup", "efficiency", "derived_fields", "notes")
 
-_UNSUPPORTED_NCCL_ALGOS = ("collnet", "nvls", "pat")
+_UNSUPPORTED_NCCL_ALGOS = ("collnet", "nvlstree", "nvls_tree", "pat")
 
 
 # --- names --------------------------------------------------------------------------------------
@@ -111,21 +112,27 @@ def nccl_algorithm(text: str) -> str:
 
     ``Ring...`` -> ``ring``; ``Tree`` -> ``double_binary_tree`` (NCCL's tree is the double binary
     tree of Sanders, Speck and Traeff, NCCL >= 2.4); ``default (NCCL auto)``, an empty value, a
-    list (``Ring,Tree``) or an exclusion (``^NVLS``) -> ``auto``, the library's choice, which
-    the comparison resolves with :func:`simulator.tuner.choose_algorithm`. CollNet, NVLS and
-    PAT have no counterpart in the simulator and raise ConfigError.
+    list (``Ring,Tree``) or an exclusion -> ``auto``, the library's choice, which the comparison
+    resolves with the library's tuner; ``^NVLS`` or ``NCCL_NVLS_ENABLE=0`` -> ``auto-nonvls``
+    (the tuner without NVLS); ``NVLS`` -> ``nvls`` (NVLink SHARP, :mod:`simulator.library.nccl`).
+    CollNet, NVLS tree and PAT have no counterpart in the simulator and raise ConfigError.
     """
     key = str(text).strip().lower().split("(", 1)[0].strip()  # drop "(NCCL_ALGO=RING ...)"
+    no_nvls = "nvls_enable=0" in str(text).lower().replace(" ", "") or key.startswith("^nvls")
+    if no_nvls and not key.startswith(("ring", "tree")):
+        return "auto-nonvls"
     if not key or key.startswith("default") or key == "auto" or key.startswith("^") \
             or "," in key:
         return "auto"
+    if key.startswith("nvls") and not key.startswith("nvlstree"):
+        return "nvls"
     if key.startswith("ring"):
         return "ring"
     if key.startswith("tree"):
         return "double_binary_tree"
     if key.startswith(_UNSUPPORTED_NCCL_ALGOS):
         raise ConfigError(f"NCCL algorithm {text!r} has no counterpart in the simulator; "
-                          f"supported: Ring, Tree, default (NCCL auto)")
+                          f"supported: Ring, Tree, NVLS, default (NCCL auto)")
     raise ConfigError(f"unknown NCCL algorithm {text!r}; expected Ring, Tree or "
                       f"'default (NCCL auto)'")
 
@@ -328,7 +335,8 @@ def _nccl_csv_row(cells: _Cells) -> dict | None:
     if "inplace_time_us" in cells.record:
         row["inplace_time_us"] = cells.number("inplace_time_us", required=False, positive=True)
     for ours, theirs in (("device", "gpu_model"), ("network", "inter_node"), ("dtype", "dtype"),
-                         ("notes", "notes")):
+                         ("notes", "notes"), ("protocol", "proto"),
+                         ("library_version", "nccl_version"), ("launch", "launch")):
         if theirs in cells.record:
             row[ours] = cells.text(theirs, required=False)
     return row

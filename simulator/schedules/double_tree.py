@@ -50,10 +50,39 @@ def segments_for(part_bytes: int, segment_bytes: int) -> int:
     return max(1, -(-int(part_bytes) // segment_bytes))
 
 
+def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None) -> list[Tree]:
+    """The two complementary trees of every channel, ``2 x channels`` trees in all.
+
+    NCCL runs its double binary tree on every channel, each channel's trees entered through
+    other GPUs of a machine so that each channel crosses machines on its own NIC. Channel ``c``
+    here is NCCL's pair of trees with every machine's ranks rotated by ``c x L // channels``
+    (``L = local_ranks`` ranks per machine, consecutive ranks sharing one), so the channels'
+    inter-machine edges leave from different GPUs. One channel gives :func:`double_trees`.
+    """
+    channels = positive_int("channels", channels)
+    base = list(double_trees(p))
+    if channels == 1:
+        return base
+    local = p if local_ranks is None else positive_int("local_ranks", local_ranks)
+    v = np.arange(p, dtype=np.int64)
+    out = []
+    for c in range(channels):
+        shift = c * local // channels
+        perm = (v // local) * local + ((v % local) + shift) % local
+        perm = np.where(v // local * local + local <= p, perm, v)   # a partial last machine
+        out += [t.relabel(perm) for t in base]
+    return out
+
+
 def double_binary_tree(collective: str, ranks: int, size_bytes: int, segments: int | None = None,
-                       segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> Schedule:
-    """Half of the message reduced and broadcast on each of two complementary trees."""
+                       segment_bytes: int = DEFAULT_SEGMENT_BYTES, channels: int = 1,
+                       local_ranks: int | None = None) -> Schedule:
+    """Each channel's two complementary trees carry an equal share of the message.
+
+    ``channels`` (default 1: NCCL's two trees) runs the pair on that many channels
+    (:func:`channel_trees`); ``local_ranks`` is the ranks per machine they rotate within.
+    """
+    trees = channel_trees(ranks, channels, local_ranks)
     if segments is None:
-        segments = segments_for(-(-int(size_bytes) // 2), segment_bytes)
-    return tree_schedule(collective, "double_binary_tree", ranks, size_bytes,
-                         list(double_trees(ranks)), segments)
+        segments = segments_for(-(-int(size_bytes) // len(trees)), segment_bytes)
+    return tree_schedule(collective, "double_binary_tree", ranks, size_bytes, trees, segments)

@@ -1,0 +1,119 @@
+"""What a collective library sees of a topology: the facts NCCL's tuner reads off a machine.
+
+NCCL's cost model does not look at every link; it looks at a handful of facts about the
+communicator (``src/graph/tuning.cc``): the GPUs' compute capability (which picks the
+generation's constants), the CPU vendor (inter-node LL limits and the network post overhead),
+the number of nodes and ranks per node, whether GPUs inside a node talk over NVLink or PCIe, and
+whether an NVSwitch is there (NVLS). :func:`machine_facts` reads them off a topology graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..topology import endpoints
+
+#: Compute capability by device-name prefix (NVIDIA CUDA GPUs list, developer.nvidia.com/
+#: cuda-gpus): K80 3.7, P100 6.0, V100 7.0, RTX 2080 Ti 7.5, A100 8.0, RTX 3090 8.6, RTX 4090 and
+#: L40S 8.9, H100/H200/GH200 9.0, B200 10.0.
+_COMPUTE_CAPABILITY = (("k80", 37), ("p100", 60), ("v100", 70), ("rtx-2080", 75), ("a100", 80),
+                       ("rtx-3090", 86), ("rtx-4090", 89), ("l40", 89), ("h100", 90),
+                       ("h200", 90), ("gh200", 90), ("b200", 100), ("gb200", 100))
+
+
+def compute_capability(device: str | None) -> int:
+    """Compute capability x 10 of a device preset name (80 for an unknown GPU: Ampere)."""
+    name = (device or "").lower()
+    for prefix, cc in _COMPUTE_CAPABILITY:
+        if name.startswith(prefix):
+            return cc
+    return 80
+
+
+def generation(cc: int) -> str:
+    """NCCL's constant-table generation of a compute capability (``compCapIndex``)."""
+    if cc >= 100:
+        return "blackwell"
+    if cc >= 90:
+        return "hopper"
+    if cc >= 80:
+        return "ampere"
+    return "volta"
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """The communicator as NCCL's tuner sees it.
+
+    Attributes
+    ----------
+    ranks, nodes : int
+        Ranks in the communicator and machines they span.
+    ranks_per_node : float
+        ``ranks / nodes`` (NCCL's ``ppn``).
+    compute_capability : int
+        x 10 (A100: 80).
+    generation : str
+        ``volta``, ``ampere``, ``hopper`` or ``blackwell``.
+    cpu_vendor : str
+        ``intel`` or ``amd``.
+    intra_hw : str
+        ``nvlink`` or ``pci``: how GPUs of one machine reach each other.
+    nvswitch : bool
+        The machine's GPUs hang on an NVSwitch.
+    transport : str
+        ``rdma`` or ``tcp``: how the NICs move bytes (the topology's ``transport`` parameter).
+    gpu_nic_path : str
+        ``pxb`` when each NIC shares a PCIe switch with GPUs, ``phb`` when traffic between GPU
+        and NIC crosses the host bridge (NCCL disables LL128 beyond PXB).
+    """
+
+    ranks: int
+    nodes: int
+    ranks_per_node: float
+    compute_capability: int
+    generation: str
+    cpu_vendor: str
+    intra_hw: str
+    nvswitch: bool
+    transport: str
+    gpu_nic_path: str
+
+
+def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
+    """Read :class:`MachineFacts` for the first ``gpus`` endpoints of ``graph``."""
+    eps = endpoints(graph)[:gpus]
+    machines = sorted({graph.nodes[e].get("node_index", 0) for e in eps})
+    nodes = max(1, len(machines))
+    devices = [graph.nodes[e].get("device") for e in eps]
+    cc = min(compute_capability(d) for d in devices) if devices else 80
+    first = machines[0] if machines else 0
+    machine_nodes = [n for n, a in graph.nodes(data=True) if a.get("node_index") == first]
+    kinds = {graph.nodes[n].get("kind") for n in machine_nodes}
+    cpu = next((graph.nodes[n].get("device", "") for n in machine_nodes
+                if graph.nodes[n].get("kind") == "cpu"), "")
+    gpu_links = {graph.edges[e, v].get("kind") for e in eps[:1] for v in graph.successors(e)}
+    intra = "nvlink" if gpu_links & {"nvlink", "nvswitch"} else "pci"
+    params = graph.graph.get("params", {}) or {}
+    nic_attach = params.get("nic_attach") or []
+    path = "phb" if any(a == "bridge" for a in nic_attach) else "pxb"
+    return MachineFacts(
+        ranks=len(eps), nodes=nodes, ranks_per_node=len(eps) / nodes,
+        compute_capability=cc, generation=generation(cc),
+        cpu_vendor="amd" if "epyc" in str(cpu).lower() or "amd" in str(cpu).lower() else "intel",
+        intra_hw=intra, nvswitch="nvswitch" in kinds, transport=str(params.get("transport",
+                                                                                "rdma")),
+        gpu_nic_path=path)
+
+
+def node_index_slot(nodes: int) -> int:
+    """NCCL's node-count index into its (N1, N2, N4) tables."""
+    return min(nodes, 3) - 1 if nodes <= 2 else 2
+
+
+def log2i(n: int) -> int:
+    """NCCL's ``log2i``: floor(log2(n)) for n >= 1."""
+    return int(math.floor(math.log2(n))) if n >= 1 else 0

@@ -1,0 +1,453 @@
+"""The ``nccl`` library: NVIDIA NCCL's protocols, channels, latencies, NVLS and tuner.
+
+What NCCL adds between an algorithm and the wires, with its constants per NCCL version
+(:mod:`simulator.library.nccl_constants`, copied from NVIDIA/nccl's ``src/graph/tuning.cc``):
+
+Protocols
+    ``LL`` (8 payload bytes per 16-byte line: flag-based, lowest latency), ``LL128`` (120 per 128:
+    on NVLink machines of the generations NCCL enables it for) and ``Simple`` (bulk copies,
+    highest per-step latency). Each has a base latency per algorithm (``baseLat``) and a
+    per-step latency per link class (``hwLat``: NVLink, PCIe, network), and a bus bandwidth
+    that is the wire's times a protocol factor, capped per channel or in total (``llMaxBws``,
+    ``perChMax*Bws``).
+Channels
+    NCCL runs a collective on ``C`` channels; for small messages it uses fewer, dropping one while
+    ``bytes < channels x threads x threadThreshold`` (``enqueue.cc``); a channel's share of the
+    bandwidth goes with it.
+Tuner
+    For every enabled (algorithm, protocol), NCCL predicts ``latency + bytes / bandwidth`` and
+    runs the fastest (``ncclTopoGetAlgoTime``). :meth:`NcclLibrary.tune` does the same with the
+    same constants; forcing an algorithm or protocol mirrors ``NCCL_ALGO`` / ``NCCL_PROTO``.
+Algorithms
+    ``ring``; ``tree`` (NCCL's double binary tree: the ``double_binary_tree`` schedule pipelined
+    in the protocol's step size); ``nvls`` (NVLink SHARP, NVSwitch machines of Hopper and later:
+    the switch reduces and multicasts, which is exactly an in-switch parameter server: the
+    ``ps`` schedule with the NVSwitch as its one server, push and pull overlapped, reduction
+    free).
+
+How the engine sees it (one mechanism for every engine method): :meth:`NcclLibrary.plan` writes
+the chosen protocol's costs into a copy of the topology, as data:
+
+* every link's bandwidth x the link class's achievable fraction (NCCL's own link rates against
+  the nominal ones: NVLink ``SMxx_NVLINK_BW`` per link, PCIe ``width x speed / 80``; the
+  network at its port speed, as NCCL takes it) x the protocol's factor and caps x the channel
+  share;
+* the per-step latency on the links: a GPU's outgoing links carry the intra-node step latency,
+  a NIC's link into the fabric the rest of the network step latency, every other link zero, so
+  that a step inside a machine costs ``hwLat[intra]`` and one across machines ``hwLat[net]``;
+* the base latency once per call (``fixed_time_s``), and the host's launch time
+  (:mod:`simulator.library.launch`).
+
+The engine then runs the schedule step-synchronously on that graph: for a ring this is NCCL's
+own additive model, ``nsteps x (step latency + chunk / rate)``, but with contention, channel
+placement on NICs and every link's real rate from the simulation instead of a formula.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+
+from ..errors import ConfigError
+from ..topology import endpoints
+from .base import Plan
+from .launch import LAUNCH_COSTS, Launch, parse_launch
+from .machine import MachineFacts, log2i, machine_facts, node_index_slot
+from .nccl_constants import (NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, STEP_PAYLOAD_BYTES,
+                             NcclVersion, get_version)
+
+#: User-facing algorithm names and the NCCL algorithm each is.
+NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree",
+                  "two_tree": "tree", "nvls": "nvls"}
+#: The registered schedule the engine runs for each NCCL algorithm.
+SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "ps"}
+
+#: NCCL threads per block by protocol (``NCCL_LL_MAX_NTHREADS`` 512, ``NCCL_LL128_MAX_NTHREADS``
+#: 640, ``NCCL_SIMPLE_MAX_NTHREADS`` 512; ``src/include/device.h``) and bytes per thread below
+#: which a channel is dropped (``NCCL_LL_THREAD_THRESHOLD`` 8 x ranks for rings, LL128 8,
+#: Simple 64; ``src/include/comm.h``, ``tuning.cc``).
+THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+
+#: Bus bandwidth NCCL's graph search gives one channel, GB/s: the fastest entries NCCL's search
+#: tries inside a machine (``speedArrayIntra`` starts at 40, ``sm90SpeedArrayIntra`` at 60 in
+#: ``src/graph/search.cc``); the count of channels follows as total / per-channel, at least 2,
+#: at most ``MAXCHANNELS`` 32. Across machines NCCL runs two channels per NIC.
+CHANNEL_SPEED = {"volta": 20.0, "ampere": 20.0, "hopper": 40.0, "blackwell": 40.0}
+MAX_CHANNELS = 32
+MAX_TREE_SEGMENTS = 64
+#: NVLS moves data in chunks of ``NCCL_NVLS_CHUNKSIZE``, default 128 KiB
+#: (``src/transport/nvls.cc``, 2.30.7); the engine pipelines at most MAX_TREE_SEGMENTS of them.
+NVLS_CHUNK_BYTES = 128 * 1024
+
+#: Fraction of a NIC's port speed the transport achieves. RDMA (InfiniBand, RoCE, EFA): NCCL
+#: models the port speed itself (``net.bw = mbps / 8000``, ``src/graph/topo.cc``), so 1.0.
+#: TCP sockets (NCCL's socket transport, GPUDirect-TCPX): see ``docs/nccl_sources.md``.
+TRANSPORT_EFFICIENCY = {"rdma": 1.0, "tcp": 1.0}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (algorithm, protocol) as NCCL's tuner sees it for one call."""
+
+    algorithm: str
+    protocol: str
+    channels: int
+    latency_us: float
+    busbw_GBps: float
+    algbw_GBps: float
+    predicted_time_us: float
+    intra_latency_us: float
+    inter_latency_us: float
+    wire_busbw_GBps: float
+    steps_latency_us: float = 0.0
+
+
+def nvlink_efficiency(cc: int) -> float:
+    """NCCL's per-link NVLink rate over the nominal one for a compute capability."""
+    for minimum, nccl_gbps, nominal_gbps in NVLINK_PER_LINK:
+        if cc >= minimum:
+            return nccl_gbps / nominal_gbps
+    return NVLINK_PER_LINK[-1][1] / NVLINK_PER_LINK[-1][2]
+
+
+def link_efficiency(kind: str, facts: MachineFacts) -> float:
+    """Achievable fraction of a link's nominal rate, as NCCL's topology model takes it."""
+    if kind in ("nvlink", "nvswitch"):
+        return nvlink_efficiency(facts.compute_capability)
+    if kind == "pcie":
+        return PCIE_EFFICIENCY
+    if kind in ("ib", "ethernet"):
+        return TRANSPORT_EFFICIENCY.get(facts.transport, 1.0)
+    return 1.0
+
+
+class NcclLibrary:
+    """NCCL's cost model, tuner and protocol costs (see the module docstring).
+
+    Parameters
+    ----------
+    version : str or None
+        NCCL version whose constants to use (``"2.18"``, ``"2.5.6"``); default the newest.
+    launch : str, Launch or None
+        How calls are issued (:func:`~simulator.library.launch.parse_launch`); default ``mpi``.
+    costs : dict or None
+        Overrides of the launch costs (:data:`~simulator.library.launch.LAUNCH_COSTS`).
+    scale : dict or None
+        Calibrated multipliers: ``latency`` (every NCCL latency) and ``bandwidth`` (every link
+        rate), 1.0 by default; what ``clustersim calibrate`` fits.
+    """
+
+    name = "nccl"
+    summary = "NVIDIA NCCL: LL/LL128/Simple protocols, channels, per-step latencies, NVLS, tuner"
+
+    def __init__(self, version=None, launch=None, costs: dict | None = None,
+                 scale: dict | None = None):
+        self.version: NcclVersion = (version if isinstance(version, NcclVersion)
+                                     else get_version(version))
+        self.launch = launch
+        self.costs = {**LAUNCH_COSTS, **(costs or {})}
+        self.scale = {"latency": 1.0, "bandwidth": 1.0, **(scale or {})}
+        self._graphs: dict = {}
+
+    def describe(self) -> str:
+        return f"{self.summary} (constants of NCCL {self.version.name})"
+
+    # -- what NCCL's graph search would find -------------------------------------------------
+    def _bandwidths(self, graph: nx.DiGraph, gpus: int, facts: MachineFacts):
+        """(intra, inter, channels): per-GPU bus bandwidth inside a machine, per-machine
+        network bandwidth (GB/s, NCCL's achievable link rates) and NCCL's channel count."""
+        eps = endpoints(graph)[:gpus]
+        intra = math.inf
+        for e in eps[:max(1, int(facts.ranks_per_node))]:
+            total = 0.0
+            for v in graph.successors(e):
+                kind = graph.edges[e, v].get("kind")
+                if (facts.intra_hw == "nvlink") == (kind in ("nvlink", "nvswitch")):
+                    total += graph.edges[e, v]["bandwidth_bytes_per_s"] * link_efficiency(
+                        kind, facts)
+                    cap = graph.nodes[v].get("throughput_bytes_per_s")
+                    if cap:
+                        total = min(total, cap * PCIE_EFFICIENCY)
+            intra = min(intra, total / 1e9)
+        if not math.isfinite(intra) or intra <= 0:
+            intra = 1.0
+        inter = math.inf
+        first = graph.nodes[eps[0]].get("node_index", 0)
+        nics = [n for n, a in graph.nodes(data=True)
+                if a.get("kind") == "nic" and a.get("node_index") == first]
+        if facts.nodes > 1 and nics:
+            inter = 0.0
+            for nic in nics:
+                rates = [graph.edges[nic, v]["bandwidth_bytes_per_s"]
+                         * link_efficiency(graph.edges[nic, v].get("kind"), facts)
+                         for v in graph.successors(nic)]
+                inter += min(rates) / 1e9 if rates else 0.0
+        if facts.nodes > 1:
+            channels = min(MAX_CHANNELS, max(2, 2 * len(nics)))
+        else:
+            speed = CHANNEL_SPEED[facts.generation]
+            channels = min(MAX_CHANNELS, max(2, int(math.ceil(intra / speed - 1e-9))))
+        return intra, inter, channels
+
+    # -- the tuner ------------------------------------------------------------------------
+    def candidates(self, graph: nx.DiGraph, collective: str, size_bytes: int, gpus: int,
+                   *, facts: MachineFacts | None = None) -> list[Candidate]:
+        """Every enabled (algorithm, protocol) with NCCL's predicted time, fastest first."""
+        facts = facts or machine_facts(graph, gpus)
+        v = self.version
+        n, nodes = facts.ranks, facts.nodes
+        if n <= 1:
+            return [Candidate("ring", "Simple", 1, 0.0, math.inf, math.inf, 0.0, 0.0, 0.0,
+                              math.inf)]
+        intra_bw, inter_bw, channels = self._bandwidths(graph, gpus, facts)
+        wire = intra_bw if nodes == 1 else min(intra_bw, inter_bw)
+        slot = node_index_slot(nodes)
+        gen = facts.generation
+        ll_row = gen if nodes == 1 else facts.cpu_vendor
+        ll_max = v.ll_max_busbw.get(ll_row, (math.inf,) * 3)[slot]
+        nsteps = (2 * (n - 1) if collective == "allreduce" else
+                  n - 1 if collective in ("reduce_scatter", "allgather") else n)
+        ppn = facts.ranks_per_node
+        out = []
+        for algo in ("tree", "ring", "nvls"):
+            if algo == "tree" and collective != "allreduce":
+                continue
+            if algo == "nvls" and not (collective == "allreduce" and v.nvls and facts.nvswitch
+                                       and nodes == 1 and gen in v.nvls_efficiency
+                                       and v.nvls_efficiency[gen] > 0):
+                continue
+            for p_index, proto in enumerate(PROTOCOLS):
+                if algo == "nvls" and proto != "Simple":
+                    continue
+                if proto == "LL128" and not self._ll128_enabled(facts):
+                    continue
+                bus = wire
+                if algo == "ring" and proto == "LL":
+                    bus = min(ll_max, bus * v.ring_ll_factor)
+                if algo == "ring" and proto == "LL128":
+                    factor = 0.7 if (ppn < 2 and v.name in ("2.12", "2.18", "2.21")) \
+                        else v.ring_ll128_factor
+                    cap = v.per_channel_ring_ll128.get(gen, (math.inf,) * 3)[slot] * channels
+                    bus = min(bus * factor, cap)
+                if algo == "tree":
+                    if v.per_channel_tree:
+                        cap = v.per_channel_tree.get(gen, (math.inf,) * 3)[slot] * channels
+                    else:
+                        cap = 70.0 if nodes > 1 else 90.0
+                    bus = min(bus * v.tree_factor, cap)
+                    if proto == "LL":
+                        bus = min(bus * v.tree_ll_factor, ll_max)
+                    if proto == "LL128":
+                        cap = v.per_channel_tree_ll128.get(gen, (math.inf,) * 3)[slot] * channels
+                        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), cap)
+                if algo == "nvls":
+                    eff = v.nvls_efficiency[gen]
+                    bus = intra_bw * eff * (channels - 1) / channels * 2.0
+                ratio = 0.5 if algo == "tree" else n / nsteps
+                algbw = bus * ratio
+                lat, intra_lat, inter_lat = self._latency(algo, proto, p_index, collective,
+                                                          nsteps, facts)
+                steps_lat = lat - v.base_latency_us[algo][p_index] if algo != "nvls" else 0.0
+                algbw_eff = algbw
+                log_size = int(math.floor(math.log2(size_bytes >> 6))) if size_bytes >= 64 \
+                    else -1
+                if (algo == "tree" and v.tree_correction and 0 <= log_size < 23):
+                    algbw_eff *= v.tree_correction[p_index][log_size]
+                if (algo == "ring" and proto == "Simple" and nodes > 1
+                        and collective == "allreduce"
+                        and size_bytes / (channels * n) >= 64):
+                    lat *= v.plateau[0 if facts.compute_capability < 80 else 1]
+                lat *= self.scale["latency"]
+                algbw_eff *= self.scale["bandwidth"]
+                time_us = lat + size_bytes / (1000.0 * algbw_eff)
+                out.append(Candidate(algo, proto, channels, lat, bus, algbw_eff, time_us,
+                                     intra_lat, inter_lat, wire, steps_lat))
+        out.sort(key=lambda c: c.predicted_time_us)
+        return out
+
+    def _ll128_enabled(self, facts: MachineFacts) -> bool:
+        """NCCL enables LL128 by default only on NVLink machines of listed generations whose
+        NICs share a PCIe switch with the GPUs (``typeIntra <= NVB``, ``typeInter <= PXB``)."""
+        if facts.compute_capability < 70 or facts.intra_hw != "nvlink":
+            return False
+        if facts.nodes > 1 and facts.gpu_nic_path != "pxb":
+            return False
+        return facts.generation in self.version.ll128_generations
+
+    def _latency(self, algo, proto, p, collective, nsteps, facts):
+        """(total latency, intra step, inter step) in us, as ``ncclTopoTuneModel``."""
+        v = self.version
+        nodes, ppn = facts.nodes, facts.ranks_per_node
+        hw = v.hw_latency_us
+        intra = hw[facts.intra_hw][algo][p]
+        if algo != "nvls" and ppn == 1 and v.number >= (2, 18):
+            inter = hw["net"]["tree"][p]
+        else:
+            inter = hw["net"][algo][p]
+        lat = v.base_latency_us[algo][p]
+        if nodes > 1 and proto == "LL":
+            intra *= v.ll_multinode_intra_factor
+        if algo == "ring":
+            if v.net_overhead and nodes > 1:
+                overhead = 2.0 if facts.cpu_vendor == "amd" else 1.0
+                intra = max(intra, overhead * (3 if proto == "Simple" else 1))
+            if v.number < (2, 12):
+                # NCCL 2.5 charges every step the latency of the slowest link class.
+                intra = inter = hw["net" if nodes > 1 else facts.intra_hw]["ring"][p]
+            n_inter = 0 if nodes == 1 else (2 * (nodes - 1) if collective == "allreduce"
+                                            else nodes - 1)
+            lat += (nsteps - n_inter) * intra + n_inter * inter
+        elif algo == "tree":
+            lat += 2 * ((ppn - 1) * intra + log2i(nodes) * inter)
+        elif algo == "nvls":
+            lat = intra
+            if nodes > 1:
+                lat += inter
+        return lat, intra, inter
+
+    # -- the plan ---------------------------------------------------------------------------
+    def plan(self, graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int,
+             gpus: int, *, protocol: str | None = None, launch=None, exclude=()) -> Plan:
+        """How NCCL runs ``algorithm`` (``auto``: its tuner's choice, never one of
+        ``exclude``) for this call."""
+        facts = machine_facts(graph, gpus)
+        protocol = None if protocol in (None, "", "auto") else _protocol(protocol)
+        launch = parse_launch(launch if launch is not None else (self.launch or "mpi"),
+                              gpus_per_node=int(facts.ranks_per_node))
+        host = launch.host_time_s(self.costs)
+        cands = self.candidates(graph, collective, size_bytes, gpus, facts=facts)
+        if algorithm == "auto" and collective == "alltoall":
+            algorithm = "direct"   # NCCL's all-to-all is every pair's send/recv at once
+        if algorithm == "auto" or algorithm in NCCL_ALGORITHM:
+            wanted = None if algorithm == "auto" else NCCL_ALGORITHM[algorithm]
+            pool = [c for c in cands if (wanted is None or c.algorithm == wanted)
+                    and (protocol is None or c.protocol == protocol)
+                    and c.algorithm not in exclude]
+            if not pool:
+                raise ConfigError(self._none_enabled(collective, wanted, protocol, facts))
+            chosen = pool[0]
+            return self._nccl_plan(graph, collective, size_bytes, gpus, facts, chosen, host,
+                                   launch)
+        # An algorithm NCCL does not have (parameter server, halving-doubling, ...): run it
+        # over NCCL's transports with the Simple protocol's ring step costs.
+        simple = [c for c in cands if c.algorithm == "ring" and c.protocol == "Simple"]
+        base = simple[0] if simple else cands[0]
+        proto = protocol or "Simple"
+        if proto != "Simple":
+            raise ConfigError(f"--protocol {proto}: algorithm {algorithm!r} is not an NCCL "
+                              f"algorithm and runs over NCCL's transports with Simple only")
+        new_graph = self._cost_graph(graph, facts, 1.0, base.intra_latency_us,
+                                     base.inter_latency_us)
+        return Plan(library=self.name, algorithm=algorithm, label=algorithm, protocol="Simple",
+                    channels=0, graph=new_graph, host_time_s=host, reduce_compute=False,
+                    notes={"launch": str(launch), "version": self.version.name})
+
+    def _none_enabled(self, collective, wanted, protocol, facts) -> str:
+        what = f"algorithm {wanted!r}" if wanted else "no algorithm"
+        reasons = []
+        if wanted == "nvls":
+            reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
+        if wanted == "tree" and collective != "allreduce":
+            reasons.append("NCCL's tree runs all-reduce only")
+        if protocol == "LL128":
+            reasons.append("LL128 is enabled on NVLink machines of "
+                           f"{', '.join(self.version.ll128_generations)} GPUs only "
+                           f"(this: {facts.generation}, intra {facts.intra_hw})")
+        why = "; ".join(reasons) or "not enabled here"
+        return (f"NCCL {self.version.name} cannot run {collective} with {what}"
+                f"{' and protocol ' + protocol if protocol else ''} on this topology: {why}")
+
+    def _nccl_plan(self, graph, collective, size_bytes, gpus, facts, c: Candidate, host,
+                   launch) -> Plan:
+        v = self.version
+        threads = THREADS[c.protocol]
+        threshold = THREAD_THRESHOLD[c.protocol] * (facts.ranks if c.algorithm == "ring"
+                                                    and c.protocol == "LL" else 1)
+        used = c.channels
+        if c.algorithm != "nvls":
+            while size_bytes < used * threads * threshold and used >= 2:
+                used -= 1
+        share = used / c.channels
+        wire_scale = c.busbw_GBps / c.wire_busbw_GBps if c.wire_busbw_GBps > 0 else 1.0
+        # (NCCL's treeCorrectionFactor stays in the tuner: the engine pipelines the trees itself.)
+        scale = wire_scale * share * self.scale["bandwidth"]
+        fixed = c.latency_us * 1e-6
+        options: dict = {}
+        helpers: tuple = ()
+        slices = None
+        if c.algorithm in ("ring", "tree"):
+            # Per-step latencies go on the links, where the engine charges them step by step;
+            # the rest of NCCL's latency (base, ring plateau) is charged once.
+            lat_scale = self.scale["latency"]
+            intra_lat = c.intra_latency_us * lat_scale
+            inter_lat = c.inter_latency_us * lat_scale if facts.nodes > 1 else 0.0
+            fixed = (c.latency_us - c.steps_latency_us * lat_scale) * 1e-6
+            if c.algorithm == "tree":
+                # NCCL's trees on every channel, in chunks of one protocol step, at most
+                # MAX_TREE_SEGMENTS per tree (a longer pipeline changes the time by < 1/64).
+                # Channels beyond a machine's GPU count would repeat a rotation: the same
+                # bytes on fewer, distinct channel trees cross the same NICs.
+                local = max(1, int(facts.ranks_per_node))
+                tree_channels = min(used, local)
+                per_tree = -(-int(size_bytes) // (2 * tree_channels))
+                options.update(channels=tree_channels, local_ranks=local,
+                               segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // (
+                                   STEP_PAYLOAD_BYTES[c.protocol])))))
+        else:  # nvls: the NVSwitch is the server; latency as NCCL's model, once
+            intra_lat = inter_lat = 0.0
+            switch = next(n for n, a in graph.nodes(data=True) if a.get("kind") == "nvswitch"
+                          and a.get("node_index") == graph.nodes[endpoints(graph)[0]].get(
+                              "node_index", 0))
+            helpers = (switch,)
+            options.update(servers=1, placement="dedicated", phased=False)
+            slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // NVLS_CHUNK_BYTES)))
+            scale = v.nvls_efficiency[facts.generation] * (c.channels - 1) / c.channels \
+                * self.scale["bandwidth"]
+        new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat)
+        return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
+                    protocol=c.protocol, channels=used, graph=new_graph, options=options,
+                    helper_nodes=helpers, fixed_time_s=fixed, host_time_s=host,
+                    predicted_time_s=c.predicted_time_us * 1e-6, slices=slices,
+                    reduce_compute=False,
+                    notes={"launch": str(launch), "version": v.name,
+                           "busbw_GBps": c.busbw_GBps, "channels_max": c.channels,
+                           "intra_step_us": intra_lat, "inter_step_us": inter_lat})
+
+    def _cost_graph(self, graph: nx.DiGraph, facts: MachineFacts, scale: float,
+                    intra_us: float, inter_us: float) -> nx.DiGraph:
+        """A copy of ``graph`` with the plan's link rates and per-step latencies."""
+        key = (id(graph), facts, round(scale, 12), round(intra_us, 9), round(inter_us, 9))
+        cached = self._graphs.get(key)
+        if cached is not None and cached[0] is graph:
+            return cached[1]
+        out = graph.copy()
+        kinds = nx.get_node_attributes(graph, "kind")
+        for a, b, attrs in out.edges(data=True):
+            kind = attrs.get("kind")
+            attrs["bandwidth_bytes_per_s"] = (graph.edges[a, b]["bandwidth_bytes_per_s"]
+                                              * link_efficiency(kind, facts) * scale)
+            if kinds.get(a) == "gpu":
+                attrs["latency_s"] = intra_us * 1e-6
+            elif kinds.get(a) == "nic" and kind in ("ib", "ethernet"):
+                attrs["latency_s"] = max(0.0, inter_us - intra_us) * 1e-6
+            else:
+                attrs["latency_s"] = 0.0
+        for node, attrs in out.nodes(data=True):
+            if attrs.get("throughput_bytes_per_s"):
+                attrs["throughput_bytes_per_s"] = (graph.nodes[node]["throughput_bytes_per_s"]
+                                                   * PCIE_EFFICIENCY * scale)
+        out.graph["library"] = self.name
+        if len(self._graphs) > 64:
+            self._graphs.clear()
+        self._graphs[key] = (graph, out)
+        return out
+
+
+def _protocol(text: str) -> str:
+    for proto in PROTOCOLS:
+        if str(text).lower() == proto.lower():
+            return proto
+    raise ConfigError(f"--protocol: unknown protocol {text!r}; accepted: LL, LL128, Simple, auto")

@@ -1,0 +1,250 @@
+"""NCCL's cost-model constants, per NCCL version, as printed in NVIDIA/nccl's source.
+
+Everything here is copied from ``src/graph/tuning.cc``, ``src/graph/topo.h``/``topo.cc`` and
+``src/include/device.h`` of NVIDIA/nccl at the tag named in each table (the git tags
+``v2.5.6-2``, ``v2.12.12-1``, ``v2.18.3-1``, ``v2.21.5-1`` and master at 2.30.7, commit
+``5067397c``). Latencies are microseconds and bandwidths GB/s (1e9 bytes/s), NCCL's own units;
+:mod:`simulator.library.nccl` converts them to seconds and bytes/s at the edge.
+
+Index conventions, as in NCCL: algorithms ``tree, ring, collnet_direct, collnet_chain, nvls,
+nvls_tree``; protocols ``LL, LL128, Simple``; hardware classes ``nvlink, pci, net``; GPU
+generations ``volta, ampere, hopper, blackwell`` (compute capability 7.x, 8.x, 9.x, 10.x; NCCL
+files older GPUs under Volta); node-count index ``N1, N2, N4`` (1, 2, more nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree")
+HW_CLASSES = ("nvlink", "pci", "net")
+GENERATIONS = ("volta", "ampere", "hopper", "blackwell")
+
+
+def _lat(tree, ring, cd=(0, 0, 0), cc=(0, 0, 0), nvls=(0, 0, 0), nvls_tree=(0, 0, 0)):
+    return dict(zip(ALGORITHMS, (tree, ring, cd, cc, nvls, nvls_tree)))
+
+
+@dataclass(frozen=True)
+class NcclVersion:
+    """One NCCL release's tuning constants (see the module docstring for units and indices).
+
+    Attributes
+    ----------
+    name : str
+        The version, ``"2.21"``.
+    source : str
+        Tag and file the numbers are copied from.
+    base_latency_us : dict
+        ``baseLat[algorithm] -> (LL, LL128, Simple)``.
+    hw_latency_us : dict
+        ``hwLat[hw class][algorithm] -> (LL, LL128, Simple)``: per-step latency.
+    ll_max_busbw : dict
+        ``llMaxBws[row] -> (N1, N2, N4)``; row is the GPU generation on one node, ``"intel"``
+        or ``"amd"`` (by CPU vendor) across nodes.
+    per_channel_ring_ll128 / per_channel_tree / per_channel_tree_ll128 : dict
+        Per-channel bus-bandwidth caps by generation -> (N1, N2, N4); empty where the version
+        has none.
+    ring_ll_factor : float
+        Ring/LL bus bandwidth = this x the wire rate (LL moves 8 payload bytes per 16).
+    ring_ll128_factor : float
+        Ring/LL128 (NCCL writes 0.92 for 120/128).
+    tree_factor, tree_ll_factor : float
+        Tree bus bandwidth factors (all protocols; LL on top).
+    ll128_generations : tuple
+        Generations on which LL128 is enabled by default (over NVLink-only machine paths).
+    net_overhead : bool
+        Inter-node rings charge ``max(intra latency, net overhead)`` per intra step (NCCL >= 2.18).
+    ll_multinode_intra_factor : float
+        Intra-node LL latency multiplier across nodes (2.12's ``intraLat *= 1.8``), 1 otherwise.
+    plateau : tuple
+        Ring/Simple multi-node all-reduce latency multiplier (pre-Ampere, Ampere and later),
+        ``(1, 1)`` where the version has none.
+    nvls : bool
+        NVLink SHARP all-reduce exists (NCCL >= 2.17).
+    nvls_efficiency : dict
+        ``nvlsEfficiency`` by generation.
+    tree_correction : tuple
+        ``treeCorrectionFactor[protocol]``: 24 factors for powers of two 64 B .. 512 MiB;
+        empty where the version has none.
+    """
+
+    name: str
+    source: str
+    base_latency_us: dict
+    hw_latency_us: dict
+    ll_max_busbw: dict
+    per_channel_ring_ll128: dict = field(default_factory=dict)
+    per_channel_tree: dict = field(default_factory=dict)
+    per_channel_tree_ll128: dict = field(default_factory=dict)
+    ring_ll_factor: float = 0.5
+    ring_ll128_factor: float = 0.92
+    tree_factor: float = 0.92
+    tree_ll_factor: float = 1.0 / 3.8
+    ll128_generations: tuple = ("volta", "ampere", "hopper", "blackwell")
+    net_overhead: bool = True
+    ll_multinode_intra_factor: float = 1.0
+    plateau: tuple = (1.9, 1.4)
+    nvls: bool = True
+    nvls_efficiency: dict = field(default_factory=dict)
+    tree_correction: tuple = ()
+
+    @property
+    def number(self) -> tuple[int, int]:
+        major, minor = self.name.split(".")
+        return int(major), int(minor)
+
+
+_TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
+     1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9,
+     1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9,
+     .9),
+)
+
+_LL_MAX_212 = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
+               "intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}
+_PER_CH_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
+                "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
+_PER_CH_RING_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7,) * 3,
+                      "blackwell": (40.0,) * 3}
+_PER_CH_TREE_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3,
+                      "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
+
+VERSIONS: dict[str, NcclVersion] = {}
+
+
+def _add(version: NcclVersion) -> None:
+    VERSIONS[version.name] = version
+
+
+_add(NcclVersion(
+    name="2.5", source="NVIDIA/nccl v2.5.6-2 src/graph/tuning.cc (baseLat, hwLat, ll128MaxBw, "
+    "ncclSetThresholds)",
+    base_latency_us=_lat((4.4, 4.4, 0.0), (3.6, 3.6, 8.4)),
+    hw_latency_us={
+        "nvlink": _lat((.5, 1.9, 28), (.4, 2.5, 5.7)),
+        "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7)),
+        "net": _lat((5.0, 7.5, 50), (.9, 2.5, 6.6)),
+    },
+    # 2.5 caps no LL bandwidth by generation: ring LL is a quarter of the wire rate.
+    ll_max_busbw={},
+    ring_ll_factor=0.25, ring_ll128_factor=120.0 / 128.0, tree_factor=0.9,
+    tree_ll_factor=1.0 / 3.0, ll128_generations=("volta",), net_overhead=False,
+    plateau=(1.0, 1.0), nvls=False,
+))
+_add(NcclVersion(
+    name="2.12", source="NVIDIA/nccl v2.12.12-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
+    "perChMaxTreeBws, ll128MaxBwPerCh 20; enqueue.cc plateau 1.9)",
+    base_latency_us=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (4.4, 4.4, 0.0)),
+    hw_latency_us={
+        "nvlink": _lat((.52, 1.25, 28), (.47, 1.9, 3.4), (.5, 1.2, 8.0)),
+        "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 8.0)),
+        "net": _lat((5.0, 8.5, 28), (2.7, 4.0, 28), (5.0, 5.0, 10.7)),
+    },
+    ll_max_busbw=_LL_MAX_212,
+    per_channel_ring_ll128={g: (20.0,) * 3 for g in GENERATIONS},
+    per_channel_tree={"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8)},
+    per_channel_tree_ll128={g: (20.0,) * 3 for g in GENERATIONS},
+    ring_ll_factor=0.25, ll128_generations=("volta", "ampere"), net_overhead=False,
+    ll_multinode_intra_factor=1.8, plateau=(1.9, 1.9), nvls=False,
+))
+_add(NcclVersion(
+    name="2.18", source="NVIDIA/nccl v2.18.3-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
+    "perChMax*Bws, nvlsEfficiency; enqueue.cc plateau)",
+    base_latency_us=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4), (6.8, 14.0, 0.0),
+                         (6.8, 14.0, 0.0), (0, 0, 23.0), (0, 0, 23.0)),
+    hw_latency_us={
+        "nvlink": _lat((.6, 1.25, 4), (.6, 1.9, 3.4), (0, 0, 8.0), (0, 0, 4.75)),
+        "pci": _lat((1.0, 1.9, 6), (1.0, 2.5, 5.7), (0, 0, 8.0), (0, 0, 8.0)),
+        "net": _lat((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 10.7), (0, 0, 14), (0, 0, 18),
+                    (0, 0, 19)),
+    },
+    ll_max_busbw={**_LL_MAX_212, "hopper": (87.7, 22.5, 19.0)},
+    per_channel_ring_ll128=_PER_CH_RING_LL128, per_channel_tree=_PER_CH_TREE,
+    per_channel_tree_ll128=_PER_CH_TREE_LL128,
+    ring_ll_factor=0.25, ll128_generations=("volta", "ampere", "hopper"),
+    nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
+))
+_add(NcclVersion(
+    name="2.21", source="NVIDIA/nccl v2.21.5-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
+    "perChMax*Bws, nvlsEfficiency, treeCorrectionFactor; ring LL x0.5)",
+    base_latency_us=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4)),
+    hw_latency_us={
+        "nvlink": _lat((.6, 1.25, 28), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25),
+                       (0, 0, 25)),
+        "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
+        "net": _lat((5.0, 8.5, 28), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18),
+                    (0, 0, 14)),
+    },
+    ll_max_busbw={**_LL_MAX_212, "hopper": (141.0, 45.0, 35.0)},
+    per_channel_ring_ll128=_PER_CH_RING_LL128, per_channel_tree=_PER_CH_TREE,
+    per_channel_tree_ll128=_PER_CH_TREE_LL128,
+    ll128_generations=("volta", "ampere", "hopper"),
+    nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
+))
+_add(NcclVersion(
+    name="2.30", source="NVIDIA/nccl master 2.30.7 (5067397c) src/graph/tuning.cc "
+    "(ncclTunerConstantsDefaults, nvlsEfficiency, treeCorrectionFactor)",
+    base_latency_us=_lat((6.8, 14.0, 8.4), (6.6, 14.0, 8.4)),
+    hw_latency_us={
+        "nvlink": _lat((.6, 1.25, 4.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25),
+                       (0, 0, 25)),
+        "pci": _lat((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
+        "net": _lat((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18),
+                    (0, 0, 20.9)),
+    },
+    ll_max_busbw={"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
+                  "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0),
+                  "intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)},
+    per_channel_ring_ll128=_PER_CH_RING_LL128, per_channel_tree=_PER_CH_TREE,
+    per_channel_tree_ll128=_PER_CH_TREE_LL128,
+    nvls_efficiency={"hopper": 0.85, "blackwell": 0.74}, tree_correction=_TREE_CORRECTION,
+))
+
+#: The version used when none is given: the newest.
+DEFAULT_VERSION = "2.30"
+
+#: NCCL's achievable bandwidth of one NVLink per direction, GB/s, by compute capability
+#: (``SM60_NVLINK_BW`` .. ``SM100_NVLINK_BW`` in ``src/graph/topo.h``, 2.30.7; SM70 is 20.0
+#: since 2.6, 21.0 before) against the nominal per-link rate of that NVLink generation
+#: (NVLink 1: 20 GB/s, NVLink 2/3/4: 25 GB/s, NVLink 5: 50 GB/s per direction; NVIDIA
+#: P100/V100/A100/H100/B200 datasheets). Keys: (min compute capability, NCCL GB/s, nominal GB/s).
+NVLINK_PER_LINK = ((100, 40.1, 50.0), (90, 20.6, 25.0), (86, 12.0, 14.0625), (80, 20.0, 25.0),
+                   (70, 20.0, 25.0), (60, 18.0, 20.0))
+
+#: NCCL's PCIe bandwidth: ``width * speed / 80`` GB/s with speed in 100 Mb/s per lane
+#: (``kvDictPciGen``, ``src/graph/topo.cc``): Gen3 x16 = 16 x 60 / 80 = 12 GB/s, Gen4 24, Gen5 48,
+#: against the 128b/130b line rate (Gen3 x16 15.754 GB/s): 12 / 15.754.
+PCIE_EFFICIENCY = 12.0 / (8.0 * 16 * 128 / 130 / 8)
+
+#: Buffer bytes per step of each protocol (``src/include/device.h``, 2.30.7): ``NCCL_STEPS`` = 8
+#: slots. Simple: ``DEFAULT_BUFFSIZE`` 4 MiB / 8 = 512 KiB. LL: ``NCCL_LL_LINES_PER_THREAD`` 8 x
+#: ``NCCL_LL_MAX_NTHREADS`` 512 x 16-byte lines = 64 KiB per step, half of it payload.
+#: LL128: ``NCCL_LL128_ELEMS_PER_THREAD`` 120 x ``NCCL_LL128_MAX_NTHREADS`` 640 x 8 bytes =
+#: 600 KiB per step, 120 of every 128 bytes payload.
+STEP_PAYLOAD_BYTES = {"LL": 8 * 512 * 16 // 2, "LL128": 120 * 640 * 8 * 120 // 128,
+                      "Simple": (4 << 20) // 8}
+
+
+def get_version(text: str | None) -> NcclVersion:
+    """The table for an NCCL version string (``"2.18.3"``, ``"2.5.6 (stated ...)"``, ``None``).
+
+    The newest table not newer than the given version; unknown or missing text gives
+    :data:`DEFAULT_VERSION`; a version older than every table gives the oldest.
+    """
+    import re
+
+    match = re.search(r"(\d+)\.(\d+)", str(text or ""))
+    if not match:
+        return VERSIONS[DEFAULT_VERSION]
+    wanted = (int(match.group(1)), int(match.group(2)))
+    ordered = sorted(VERSIONS.values(), key=lambda v: v.number)
+    chosen = ordered[0]
+    for version in ordered:
+        if version.number <= wanted:
+            chosen = version
+    return chosen

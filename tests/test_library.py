@@ -1,0 +1,235 @@
+"""The collective-library layer: NCCL's cost model, its tuner, and its costs reaching the engine.
+
+Numbers asserted here are hand-computed from NVIDIA/nccl's tuning.cc constants (see
+``simulator/library/nccl_constants.py``), not read back from the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.cli import main
+from simulator.collective import run_collective
+from simulator.errors import ConfigError
+from simulator.library import default_library, get_library, parse_launch
+from simulator.library.launch import Launch, launch_from_notes
+from simulator.library.nccl_constants import get_version
+from simulator.schedules import make_schedule
+from simulator.schedules.double_tree import channel_trees
+from simulator.schedules.execute import verify
+from simulator.topology import build, load_topology
+
+A100 = load_topology("dgx-a100", {})
+A100_2 = load_topology("dgx-a100-2node", {})
+H100 = load_topology("hgx-h100", {})
+
+
+def _cand(lib, graph, size, gpus, algo, proto):
+    for c in lib.candidates(graph, "allreduce", size, gpus):
+        if (c.algorithm, c.protocol) == (algo, proto):
+            return c
+    raise AssertionError(f"{algo}/{proto} not a candidate")
+
+
+def test_default_library_by_topology():
+    assert default_library(A100) == "nccl"
+    assert default_library(build("star", {"hosts": 4})) == "ideal"
+    assert default_library(build("fat_tree", {})) == "ideal"
+
+
+def test_ideal_library_is_the_bare_engine():
+    star = build("star", {"hosts": 8})
+    plain = run_collective(star, "allreduce", "ring", 1 << 20)
+    ideal = run_collective(star, "allreduce", "ring", 1 << 20, library="ideal")
+    assert plain.row["time_s"] == ideal.row["time_s"]
+    assert ideal.row["library"] == "ideal" and ideal.row["protocol"] == ""
+    # 2(p-1)(2 latency + c/B) with c = n/p: the closed form the ideal library keeps
+    expected = 14 * (2e-6 + (1 << 20) / 8 / 12.5e9)
+    assert ideal.row["time_s"] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("version, ring_ll, tree_ll", [
+    ("2.30", 6.6 + 14 * 0.6, 6.8 + 2 * 7 * 0.6),     # baseLat + nsteps x hwLat[NVLINK]
+    ("2.12", 3.6 + 14 * 0.47, 4.4 + 2 * 7 * 0.52),
+    ("2.5", 3.6 + 14 * 0.4, 4.4 + 2 * 7 * 0.5),
+])
+def test_single_node_latencies_are_nccls(version, ring_ll, tree_ll):
+    lib = get_library("nccl", version=version)
+    assert _cand(lib, A100, 8, 8, "ring", "LL").latency_us == pytest.approx(ring_ll)
+    assert _cand(lib, A100, 8, 8, "tree", "LL").latency_us == pytest.approx(tree_ll)
+
+
+def test_multi_node_ring_latency_counts_network_steps_and_amd_overhead():
+    # DGX A100 has AMD EPYC CPUs: NCCL >= 2.18 charges max(hwLat, 2 us) per intra step across
+    # nodes; 16 ranks, 2 nodes: 30 steps, 2 of them over the network (2.7 us for LL).
+    lib = get_library("nccl", version="2.30")
+    assert _cand(lib, A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
+        6.6 + 28 * 2.0 + 2 * 2.7)
+    # 2.12: no net overhead, LL intra latency x1.8 across nodes
+    lib = get_library("nccl", version="2.12")
+    assert _cand(lib, A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
+        3.6 + 28 * 0.47 * 1.8 + 2 * 2.7)
+
+
+def test_protocol_bandwidths_follow_nccl_refinements():
+    lib = get_library("nccl", version="2.30")
+    wire = 300.0 * 20.0 / 25.0          # 12 NVLink3 links at NCCL's 20 GB/s each
+    simple = _cand(lib, A100, 1 << 30, 8, "ring", "Simple")
+    assert simple.wire_busbw_GBps == pytest.approx(wire)
+    assert simple.busbw_GBps == pytest.approx(wire)
+    assert _cand(lib, A100, 1 << 30, 8, "ring", "LL").busbw_GBps == pytest.approx(87.7)
+    ll128 = _cand(lib, A100, 1 << 30, 8, "ring", "LL128")
+    assert ll128.busbw_GBps == pytest.approx(min(wire * 0.92, 12 * 20.0))
+    assert ll128.channels == 12          # 240 GB/s / 20 GB/s per channel
+
+
+def test_ring_simple_equals_ncclss_additive_model_in_the_engine():
+    """The library's costs reach the engine as data: on one NVSwitch machine the simulated
+    ring is exactly base + 2(n-1) x (hwLat + chunk / rate)."""
+    size = 1 << 30
+    run = run_collective(A100, "allreduce", "ring", size, library="nccl", protocol="Simple",
+                         launch="none", engine="event")
+    rate = 300e9 * 0.8                  # NVLink at NCCL's achievable rate, Simple factor 1
+    expected = 8.4e-6 + 14 * (3.4e-6 + size / 8 / rate)
+    assert run.row["time_s"] == pytest.approx(expected, rel=1e-9)
+    assert run.row["protocol"] == "Simple" and run.row["library"] == "nccl"
+
+
+@pytest.mark.parametrize("graph, gpus, algorithm, size", [
+    (A100_2, 16, "ring", 8), (A100_2, 16, "ring", 4 << 20), (A100_2, 16, "tree", 64 << 10),
+    (A100_2, 16, "tree", 8 << 20), (A100_2, 16, "auto", 1 << 20), (H100, 8, "nvls", 32 << 20),
+    (H100, 8, "auto", 256 << 20), (A100, 8, "tree", 1 << 20),
+])
+def test_fast_engine_equals_event_engine_under_nccl(graph, gpus, algorithm, size):
+    fast = run_collective(graph, "allreduce", algorithm, size, gpus=gpus, library="nccl",
+                          engine="auto")
+    event = run_collective(graph, "allreduce", algorithm, size, gpus=gpus, library="nccl",
+                           engine="event")
+    assert fast.row["engine"] == "fast"
+    assert fast.row["time_s"] == pytest.approx(event.row["time_s"], rel=1e-9)
+    assert fast.row["protocol"] == event.row["protocol"]
+
+
+def test_tuner_choices_on_h100():
+    lib = get_library("nccl")
+    small = lib.plan(H100, "allreduce", "auto", 8, 8)
+    assert small.protocol == "LL" and small.label in ("ring", "tree")
+    big = lib.plan(H100, "allreduce", "auto", 1 << 30, 8)
+    assert big.label == "nvls" and big.protocol == "Simple"
+    # the choice is the lowest predicted time
+    cands = lib.candidates(H100, "allreduce", 1 << 30, 8)
+    assert cands[0].algorithm == "nvls"
+    assert all(a.predicted_time_us <= b.predicted_time_us for a, b in zip(cands, cands[1:]))
+
+
+def test_h100_large_allreduce_busbw():
+    """NVLS reaches about 480 GB/s and the ring about 370 GB/s of bus bandwidth on HGX H100."""
+    nvls = run_collective(H100, "allreduce", "nvls", 1 << 30, library="nccl", engine="auto")
+    ring = run_collective(H100, "allreduce", "ring", 1 << 30, library="nccl", engine="auto")
+    assert 440 < nvls.row["busbw_GBps"] < 520
+    assert 340 < ring.row["busbw_GBps"] < 380
+
+
+def test_forcing_what_nccl_cannot_do_says_why():
+    lib = get_library("nccl")
+    with pytest.raises(ConfigError, match="NVLS needs"):
+        lib.plan(A100, "allreduce", "nvls", 1 << 20, 8)
+    pcie = load_topology("pcie-2x-2080ti", {})
+    with pytest.raises(ConfigError, match="LL128 is enabled"):
+        lib.plan(pcie, "allreduce", "ring", 1 << 20, 2, protocol="LL128")
+    with pytest.raises(ConfigError, match="unknown protocol"):
+        lib.plan(A100, "allreduce", "ring", 1 << 20, 8, protocol="LL64")
+
+
+def test_launch_modes_and_the_host_bound():
+    assert parse_launch("group", gpus_per_node=8) == Launch("group", 8)
+    assert parse_launch("group:2") == Launch("group", 2)
+    assert parse_launch("mpi") == Launch("mpi")
+    with pytest.raises(ConfigError, match="accepted: mpi"):
+        parse_launch("threads")
+    assert launch_from_notes("single process -g 2; -b 8", gpus=2, nodes=1) == Launch("group", 2)
+    assert launch_from_notes("-b 8 -e 4G -f2 -g 1", gpus=16, nodes=2) == Launch("mpi")
+    assert launch_from_notes("", gpus=8, nodes=1) == Launch("group", 8)
+    assert launch_from_notes("", gpus=16, nodes=2) == Launch("mpi")
+    # one thread driving 8 GPUs: 8 launches per call pace a back-to-back loop
+    lib = get_library("nccl", launch="group:8")
+    run = run_collective(A100, "allreduce", "auto", 8, library=lib, engine="auto")
+    assert run.row["time_s"] == pytest.approx(8 * 5.0e-6)
+    mpi = run_collective(A100, "allreduce", "auto", 8, library="nccl", launch="mpi",
+                         engine="auto")
+    assert mpi.row["time_s"] < run.row["time_s"]
+
+
+def test_versions_resolve_to_the_newest_table_not_newer():
+    assert get_version("2.5.6 (stated in requirements list)").name == "2.5"
+    assert get_version("2.19.3").name == "2.18"
+    assert get_version("not stated").name == "2.30"
+    assert get_version("2.99").name == "2.30"
+
+
+@pytest.mark.parametrize("p, channels, local", [(16, 4, 8), (12, 8, 4), (7, 3, 3), (8, 8, 8)])
+def test_channel_trees_compute_the_sum(p, channels, local):
+    schedule = make_schedule("double_binary_tree", "allreduce", p, 4096, channels=channels,
+                             local_ranks=local, segments=2)
+    assert verify(schedule) == []
+    trees = channel_trees(p, channels, local)
+    assert len(trees) == 2 * channels
+    for tree in trees:
+        assert (tree.parent >= 0).sum() == p - 1
+
+
+def test_channel_trees_leave_machines_through_different_gpus():
+    trees = channel_trees(16, 8, 8)
+    crossing = set()
+    for tree in trees:
+        for child in np.flatnonzero(tree.parent >= 0):
+            parent = int(tree.parent[child])
+            if child // 8 != parent // 8:
+                crossing.add(int(child))
+    assert len(crossing) >= 4
+
+
+def test_cli_collective_auto_prints_choices(capsys):
+    code = main(["collective", "--topology", "hgx-h100", "--algorithm", "auto", "--size", "8B",
+                 "--size", "1MiB", "--size", "1GiB", "--engine", "auto", "--format", "csv"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "auto: chose nvls/Simple" in err and "of 1 GiB" in err
+    assert err.count("auto: chose") == 3
+    header = out.splitlines()[0].split(",")
+    assert {"library", "protocol", "channels"} <= set(header)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--library", "mpich"], "unknown library"),
+    (["--library", "ideal", "--protocol", "LL"], "need --library nccl"),
+    (["--protocol", "LL64"], "unknown protocol"),
+    (["--launch", "threads"], "unknown launch mode"),
+    (["--nccl-version", "latest"], "--nccl-version"),
+])
+def test_cli_library_mistakes_are_one_line(capsys, argv, needle):
+    code = main(["collective", "--topology", "dgx-a100", "--size", "1MiB", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_compare_nccl_beats_ideal_on_the_dgx_a100_file(tmp_path):
+    from simulator.compare import compare, summarise
+    from simulator.measure.schema import read_measurements
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "measurements" / "nccl_deepops_dgxa100_2node_ib_ring.csv"
+    measured = read_measurements(path)
+    ideal = summarise(compare(measured, A100_2, library="ideal"))["size_band"]
+    nccl_points = compare(measured, A100_2, library="nccl")
+    nccl = summarise(nccl_points)["size_band"]
+    big_ideal = float(ideal.loc[ideal.size_band == ">=1MiB", "mape_pct"].iloc[0])
+    big_nccl = float(nccl.loc[nccl.size_band == ">=1MiB", "mape_pct"].iloc[0])
+    assert big_nccl < big_ideal
+    assert set(nccl_points["launch_mode"]) == {"mpi"}          # the file's notes say -g 1
+    assert set(nccl_points["simulated_protocol"]) <= {"LL", "LL128", "Simple"}
+    assert not math.isnan(big_nccl)
