@@ -86,7 +86,7 @@ def test_protocol_bandwidths_follow_nccl_refinements():
     assert ll128.channels == 12          # 240 GB/s / 20 GB/s per channel
 
 
-def test_ring_simple_equals_ncclss_additive_model_in_the_engine():
+def test_ring_simple_equals_nccls_additive_model_in_the_engine():
     """The library's costs reach the engine as data: on one NVSwitch machine the simulated
     ring is exactly base + 2(n-1) x (hwLat + chunk / rate)."""
     size = 1 << 30
@@ -111,6 +111,24 @@ def test_fast_engine_equals_event_engine_under_nccl(graph, gpus, algorithm, size
     assert fast.row["engine"] == "fast"
     assert fast.row["time_s"] == pytest.approx(event.row["time_s"], rel=1e-9)
     assert fast.row["protocol"] == event.row["protocol"]
+
+
+@pytest.mark.parametrize("size", [8, 64 << 10, 4 << 20, 16 << 20, 256 << 20])
+def test_multi_node_ring_is_nccls_prediction(size):
+    """Across machines the engine runs the ring bulk-synchronously: NCCL's latency plus the
+    bytes at the bottleneck's rate, which on two DGX A100 is NCCL's own prediction."""
+    run = run_collective(A100_2, "allreduce", "ring", size, gpus=16, library="nccl",
+                         launch="none", engine="event")
+    assert run.row["time_s"] == pytest.approx(run.plan.predicted_time_s, rel=2e-3)
+
+
+def test_ring_barriers_keep_the_sum_and_synchronise_steps():
+    schedule = make_schedule("ring", "allreduce", 6, 6000, channels=2, barriers=True)
+    assert verify(schedule) == []
+    assert schedule.sync.sum() == schedule.steps - 1
+    assert (np.diff(schedule.step) >= 0).all()
+    with pytest.raises(ConfigError, match="barriers"):
+        make_schedule("ring", "allreduce", 4, 64, barriers="yes")
 
 
 def test_tuner_choices_on_h100():

@@ -1276,7 +1276,9 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
     options = dict(options or {})
     reasons = []
     if algorithm == "ring" and slices == 1 and collective in RING_COLLECTIVES \
-            and options.get("orders") is None:   # explicit orders: not the index-order ring
+            and options.get("orders") is None \
+            and not options.get("barriers"):    # explicit orders or barriers: not the
+        # free-running index-order ring the shortcuts time
         # validate the options as make_schedule does (the ring's do not depend on the rank
         # count), without building the 2p(p-1) transfers
         make_schedule(algorithm, collective, min(gpus, 2), size_bytes, slices=slices, **options)

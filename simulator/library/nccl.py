@@ -103,6 +103,7 @@ class Candidate:
     inter_latency_us: float
     wire_busbw_GBps: float
     steps_latency_us: float = 0.0
+    nsteps: int = 0
 
 
 def nvlink_efficiency(cc: int) -> float:
@@ -264,7 +265,7 @@ class NcclLibrary:
                 algbw_eff *= self.scale["bandwidth"]
                 time_us = lat + size_bytes / (1000.0 * algbw_eff)
                 out.append(Candidate(algo, proto, channels, lat, bus, algbw_eff, time_us,
-                                     intra_lat, inter_lat, wire, steps_lat))
+                                     intra_lat, inter_lat, wire, steps_lat, nsteps))
         out.sort(key=lambda c: c.predicted_time_us)
         return out
 
@@ -335,6 +336,8 @@ class NcclLibrary:
         # over NCCL's transports with the Simple protocol's ring step costs.
         simple = [c for c in cands if c.algorithm == "ring" and c.protocol == "Simple"]
         base = simple[0] if simple else cands[0]
+        if algorithm == "ring" or facts.ranks <= 1:
+            base = cands[0]
         proto = protocol or "Simple"
         if proto != "Simple":
             raise ConfigError(f"--protocol {proto}: algorithm {algorithm!r} is not an NCCL "
@@ -370,17 +373,28 @@ class NcclLibrary:
         if c.algorithm != "nvls":
             while size_bytes < used * threads * threshold and used >= 2:
                 used -= 1
-        share = used / c.channels
+        # The protocol's bus bandwidth over the wire's, on every link. Fewer channels for a
+        # small message change no rate: NCCL's model keeps the full bandwidth too (a channel
+        # is not a fixed slice of it), and its treeCorrectionFactor stays in the tuner: the
+        # engine pipelines the trees itself.
         wire_scale = c.busbw_GBps / c.wire_busbw_GBps if c.wire_busbw_GBps > 0 else 1.0
-        # (NCCL's treeCorrectionFactor stays in the tuner: the engine pipelines the trees itself.)
-        scale = wire_scale * share * self.scale["bandwidth"]
+        scale = wire_scale * self.scale["bandwidth"]
         fixed = c.latency_us * 1e-6
         options: dict = {}
         helpers: tuple = ()
         slices = None
-        if c.algorithm in ("ring", "tree"):
-            # Per-step latencies go on the links, where the engine charges them step by step;
-            # the rest of NCCL's latency (base, ring plateau) is charged once.
+        if c.algorithm == "ring":
+            # NCCL's additive model, run by the engine: bulk-synchronous steps (each costs its
+            # slowest transfer) with the intra-node step latency on every GPU's links; the
+            # network steps' extra latency, the base latency and the plateau are charged once.
+            lat_scale = self.scale["latency"]
+            intra_lat = c.intra_latency_us * lat_scale
+            inter_lat = intra_lat
+            fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
+            options["barriers"] = True
+        elif c.algorithm == "tree":
+            # Per-step latencies go on the links, where the pipelined trees pay them hop by
+            # hop; the base latency is charged once.
             lat_scale = self.scale["latency"]
             intra_lat = c.intra_latency_us * lat_scale
             inter_lat = c.inter_latency_us * lat_scale if facts.nodes > 1 else 0.0

@@ -95,12 +95,20 @@ def channel_orders(p: int, channels: int | None, local_ranks: int | None,
 
 def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
          channels: int | None = None, local_ranks: int | None = None,
-         orders=None) -> Schedule:
+         orders=None, barriers: bool = False) -> Schedule:
     """Ring reduce-scatter, all-gather, or both (all-reduce); chain broadcast and reduce.
 
     ``orders`` (one permutation of the ranks per channel) overrides the index order; broadcast
     and reduce ignore it (and ``channels``) and keep their chain ``root, root+1, ...``.
+
+    ``barriers=True`` makes the steps bulk-synchronous: the transfers are listed step by step
+    (all channels' step ``k`` before step ``k+1``) and every step after the first opens with a
+    ``sync`` barrier, so a step starts when the whole previous step is complete and costs its
+    slowest transfer. This is the additive model of NCCL's tuner (``nsteps`` x step latency +
+    bytes / bandwidth), which the ``nccl`` library runs.
     """
+    if not isinstance(barriers, (bool, np.bool_)):
+        raise ConfigError(f"option barriers must be true or false, got {barriers!r}")
     p = ranks
     root = resolve_root(collective, ranks, root)
     orders = channel_orders(p, channels, local_ranks, orders)
@@ -130,10 +138,15 @@ def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
         chunk_bytes.append(split_bytes(int(part_bytes), p))
     cols = {key: np.concatenate(value) for key, value in cols.items()}
     n = len(cols["src"])
+    sync = np.zeros(n, dtype=bool)
+    if barriers and n:
+        order = np.argsort(cols["step"], kind="stable")
+        cols = {key: value[order] for key, value in cols.items()}
+        sync[1:] = cols["step"][1:] != cols["step"][:-1]
     return Schedule(collective=collective, algorithm="ring", ranks=p,
                     chunk_bytes=np.concatenate(chunk_bytes), message_chunks=p * channels,
                     src=cols["src"], dst=cols["dst"], src_chunk=cols["chunk"],
                     dst_chunk=cols["chunk"].copy(), nchunks=np.ones(n, dtype=np.int64),
                     reduce=cols["reduce"], step=cols["step"], phase=cols["phase"],
-                    channel=cols["channel"], sync=np.zeros(n, dtype=bool),
+                    channel=cols["channel"], sync=sync,
                     phase_names=_PHASES, block_of_chunk=np.concatenate(blocks))
