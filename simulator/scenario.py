@@ -39,7 +39,8 @@ from .units import parse_size
 
 #: The workload sections; a scenario has exactly one.
 WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
-TOP_KEYS = ("name", "description", "seed", "topology") + WORKLOADS + ("report",)
+TOP_KEYS = ("name", "description", "seed", "topology", "library") + WORKLOADS + ("report",)
+LIBRARY_KEYS = ("name", "protocol", "launch", "nccl_version")
 TOPOLOGY_KEYS = ("name", "params")
 COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", "free_reduce")
 PS_KEYS = ("servers", "placement", "shards", "overlap")
@@ -107,6 +108,7 @@ class Scenario:
     plots: tuple[str, ...] = ()
     origin: str = ""
     resolved: dict = field(default_factory=dict, compare=False)
+    library: dict | None = None   # name, protocol, launch, nccl_version; None: by topology
 
     @property
     def workload(self) -> str:
@@ -582,6 +584,7 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
     plots = _choices(report.get("plots", []), where, ("report", "plots"),
                      tuple(WORKLOAD_PLOTS[workload]))
     seed = _int(data.get("seed", 0), where, ("seed",), 0)
+    library = _library(data.get("library"), where, workload)
     name = data.get("name", Path(origin).stem)
     if not isinstance(name, str):
         raise where.error(("name",), f"expected a string, got {name!r}")
@@ -593,7 +596,51 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
                     if workload == "training" else None,
                     study=STUDY_PARSERS[workload](data[workload], where)
                     if workload in STUDY_PARSERS else None, seed=seed,
-                    plots=tuple(plots), origin=origin, resolved=data)
+                    plots=tuple(plots), origin=origin, resolved=data, library=library)
+
+
+def _library(data, where: Where, workload: str) -> dict | None:
+    """The ``library:`` section: a name (``nccl``, ``ideal``) or a mapping with ``name``,
+    ``protocol``, ``launch`` and ``nccl_version``; ``None`` picks by topology."""
+    from .library import LIBRARIES
+    from .library.launch import parse_launch
+    from .library.nccl import _protocol
+    from .library.nccl_constants import get_version
+
+    if data is None:
+        return None
+    if isinstance(data, str):
+        data = {"name": data}
+    if not isinstance(data, dict):
+        raise where.error(("library",), f"expected a library name ({', '.join(LIBRARIES)}) or a "
+                                        f"mapping with keys {', '.join(LIBRARY_KEYS)}, got "
+                                        f"{data!r}")
+    check_keys(data, where, ("library",), LIBRARY_KEYS, required=("name",))
+    name = data["name"]
+    if name not in LIBRARIES:
+        raise where.error(("library", "name"), f"unknown library {name!r}; valid: "
+                                               f"{', '.join(LIBRARIES)}")
+    if workload != "collective":
+        raise where.error(("library",), f"the library applies to collective sweeps; a "
+                                        f"{workload} workload runs on the ideal library")
+    out = {"name": name}
+    for key in ("protocol", "launch", "nccl_version"):
+        if key not in data:
+            continue
+        if name != "nccl":
+            raise where.error(("library", key), f"{key} needs library name nccl")
+        value = str(data[key])
+        try:
+            if key == "protocol":
+                value = None if value == "auto" else _protocol(value)
+            elif key == "launch":
+                parse_launch(value)
+            else:
+                get_version(value)
+        except ClusterSimError as exc:
+            raise where.error(("library", key), str(exc)) from None
+        out[key] = value
+    return out
 
 
 def load_scenario(path: str) -> Scenario:
@@ -762,11 +809,24 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
         opts = sweep.ps.as_options() if algorithm == "ps" else {}
         result = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
                                 slices=sweep.slices, reduce_compute=not sweep.free_reduce,
-                                record_rates=record_rates, **opts)
+                                record_rates=record_rates, **scenario_library(scenario, graph),
+                                **opts)
     from . import __version__
 
     return ({"scenario": scenario.name, **result.row, "seed": scenario.seed,
              "clustersim_version": __version__}, result.engine)
+
+
+def scenario_library(scenario: Scenario, graph) -> dict:
+    """``run_collective``'s library arguments for a collective scenario: its ``library:``
+    section, else the topology's default (``nccl`` on GPU clusters)."""
+    from .library import default_library, get_library
+
+    spec = scenario.library or {"name": default_library(graph)}
+    if spec["name"] != "nccl":
+        return {"library": spec["name"]}
+    lib = get_library("nccl", version=spec.get("nccl_version"), launch=spec.get("launch"))
+    return {"library": lib, "protocol": spec.get("protocol")}
 
 
 def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:

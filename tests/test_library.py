@@ -251,3 +251,37 @@ def test_compare_nccl_beats_ideal_on_the_dgx_a100_file(tmp_path):
     assert set(nccl_points["launch_mode"]) == {"mpi"}          # the file's notes say -g 1
     assert set(nccl_points["simulated_protocol"]) <= {"LL", "LL128", "Simple"}
     assert not math.isnan(big_nccl)
+
+
+_SCENARIO = """
+name: lib
+topology: {name: dgx-a100, params: {nodes: 2}}
+collective: {collective: allreduce, algorithms: [ring], sizes: [1MiB], gpus: 16}
+"""
+
+
+def test_scenario_library_section():
+    from simulator.scenario import read_scenario, run_point
+
+    default = run_point(read_scenario(_SCENARIO), (16, 1 << 20, "ring"))
+    assert default["library"] == "nccl"
+    forced = read_scenario(_SCENARIO + "library: {name: nccl, protocol: Simple, launch: mpi}\n")
+    row = run_point(forced, (16, 1 << 20, "ring"))
+    assert row["protocol"] == "Simple" and row["time_s"] > default["time_s"]
+    ideal = run_point(read_scenario(_SCENARIO + "library: ideal\n"), (16, 1 << 20, "ring"))
+    assert ideal["library"] == "ideal" and ideal["time_s"] < default["time_s"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("library: mpich\n", "unknown library 'mpich'"),
+    ("library: {name: nccl, proto: LL}\n", "proto"),
+    ("library: {name: ideal, protocol: LL}\n", "needs library name nccl"),
+    ("library: {name: nccl, protocol: LL256}\n", "unknown protocol"),
+    ("library: {name: nccl, launch: threads}\n", "unknown launch mode"),
+])
+def test_scenario_library_mistakes_name_the_key(extra, needle):
+    from simulator.scenario import read_scenario
+
+    with pytest.raises(ConfigError, match=needle) as info:
+        read_scenario(_SCENARIO + extra, "s.yaml")
+    assert "library" in str(info.value)
