@@ -171,7 +171,7 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
 
 def cmd_collective(args) -> int:
     from .collective import RESULT_COLUMNS, run_collective
-    from .library import get_library
+    from .library import get_library, graph_settings
 
     graph = _load(args)
     sizes = [parse_size(s, what="--size") for s in args.size]
@@ -181,7 +181,8 @@ def cmd_collective(args) -> int:
     lib_args = library_args(args, graph)
     library = lib_args["library"]
     if library == "nccl":
-        library = get_library("nccl", version=lib_args["version"], launch=lib_args["launch"])
+        library = get_library("nccl", **graph_settings(graph, "nccl", {
+            "version": lib_args["version"], "launch": lib_args["launch"]}))
     ps_opts = _ps_options(args)
     extra = _algo_options(args.option, algorithms)
     if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":

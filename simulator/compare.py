@@ -109,7 +109,7 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         collective), naming the file and line of the point.
     """
     from .collective import run_collective
-    from .library import default_library, get_library
+    from .library import default_library, get_library, graph_settings
     from .library.launch import launch_from_notes, parse_launch
     from .library.machine import machine_facts
 
@@ -145,8 +145,8 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
                 proto = protocol or cell(point, "protocol") or None
                 key = (ver, launch_mode)
                 if key not in libraries:
-                    libraries[key] = get_library("nccl", version=ver, launch=mode,
-                                                 **(library_settings or {}))
+                    libraries[key] = get_library("nccl", **graph_settings(graph, "nccl", {
+                        "version": ver, "launch": mode, **(library_settings or {})}))
                 lib = libraries[key]
             else:
                 lib = library_name

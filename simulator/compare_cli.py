@@ -169,11 +169,15 @@ def cmd_compare(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from .calibrate import calibrate
-    from .cli import _params
+    from .cli import _params, library_args
+    from .topology import load_topology
 
     if not args.out.endswith((".yaml", ".yml")):
         raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
     measured = read_points(args.measured)
+    lib = library_args(args, load_topology(args.topology, _params(args.param)))
+    if lib["library"] == "nccl":
+        return _calibrate_library(args, measured, lib)
 
     def progress(evaluations: int, value: float) -> None:
         if evaluations % 25 == 0:
@@ -196,6 +200,38 @@ def cmd_calibrate(args) -> int:
         table[column] = [f"{v:.1f}" for v in table[column]]
     held = "held-out" if result.fit_fraction < 1 else "fit (nothing held out)"
     print(f"\nMAPE on the {held} points, before -> after:\n{table.to_string(index=False)}")
+    path = result.write(args.out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _calibrate_library(args, measured, lib) -> int:
+    from .calibrate_library import calibrate_library
+    from .cli import _params
+
+    def progress(evaluations: int, value: float) -> None:
+        if evaluations % 25 == 0:
+            print(f"calibrate: {evaluations} simulations of the fit points, mean |ln error| "
+                  f"{value:.4f}", file=sys.stderr)
+
+    result = calibrate_library(measured, args.topology, params=_params(args.param),
+                               fit_fraction=args.fit_fraction, seed=args.seed,
+                               max_fit_points=args.max_fit_points,
+                               max_evaluations=args.max_evaluations, launch=lib["launch"],
+                               version=lib["version"], progress=progress)
+    print(f"calibrated the nccl library on {args.topology}: {len(result.fit_points)} of "
+          f"{len(measured)} points fitted (fit fraction {args.fit_fraction:g}, seed "
+          f"{args.seed}, {result.evaluations} objective evaluations)")
+    for text in result.fitted:
+        print(f"  fitted: {text}")
+    for name in result.unseen:
+        print(f"  not fitted (the fit points do not see it): {name}")
+    table = result.mape_table()
+    for column in table.columns[2:]:
+        table[column] = [f"{v:.1f}" for v in table[column]]
+    held = "held-out" if args.fit_fraction < 1 else "fit (nothing held out)"
+    print(f"\nMAPE and bias on the {held} points, before -> after:\n"
+          f"{table.to_string(index=False)}")
     path = result.write(args.out)
     print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -230,7 +266,9 @@ def add_compare_parsers(subparsers) -> None:
     c.set_defaults(func=cmd_compare)
 
     k = subparsers.add_parser(
-        "calibrate", help="fit a preset's link bandwidths and latencies to measured points")
+        "calibrate", help="fit the collective library's constants (nccl: latency and bandwidth "
+                          "scales, launch cost) or, with --library ideal, a preset's link "
+                          "bandwidths and latencies, to measured points")
     k.add_argument("measured", metavar="MEASURED", help="as for compare")
     k.add_argument("--topology", required=True, help="preset name, builder name or YAML file")
     k.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -244,4 +282,5 @@ def add_compare_parsers(subparsers) -> None:
                    help="cap on fit points (each evaluation simulates them all; default 30)")
     k.add_argument("--max-evaluations", type=int, default=150,
                    help="cap on objective evaluations (default 150)")
+    add_library_arguments(k)
     k.set_defaults(func=cmd_calibrate)

@@ -820,12 +820,13 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
 def scenario_library(scenario: Scenario, graph) -> dict:
     """``run_collective``'s library arguments for a collective scenario: its ``library:``
     section, else the topology's default (``nccl`` on GPU clusters)."""
-    from .library import default_library, get_library
+    from .library import default_library, get_library, graph_settings
 
     spec = scenario.library or {"name": default_library(graph)}
     if spec["name"] != "nccl":
         return {"library": spec["name"]}
-    lib = get_library("nccl", version=spec.get("nccl_version"), launch=spec.get("launch"))
+    lib = get_library("nccl", **graph_settings(graph, "nccl", {
+        "version": spec.get("nccl_version"), "launch": spec.get("launch")}))
     return {"library": lib, "protocol": spec.get("protocol")}
 
 

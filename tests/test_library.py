@@ -285,3 +285,62 @@ def test_scenario_library_mistakes_name_the_key(extra, needle):
     with pytest.raises(ConfigError, match=needle) as info:
         read_scenario(_SCENARIO + extra, "s.yaml")
     assert "library" in str(info.value)
+
+
+def _synthetic(graph, gpus, scale, launch="mpi"):
+    import pandas as pd
+
+    lib = get_library("nccl", scale=scale, launch=launch)
+    rows = []
+    for k in range(3, 31, 2):
+        size = 1 << k
+        row = run_collective(graph, "allreduce", "ring", size, gpus=gpus, library=lib,
+                             engine="auto").row
+        rows.append({"source": "synthetic", "topology": "", "collective": "allreduce",
+                     "algorithm": "ring", "gpus": gpus, "size_bytes": size,
+                     "time_us": row["time_us"], "algbw_GBps": row["algbw_GBps"],
+                     "busbw_GBps": row["busbw_GBps"], "notes": "-g 1"})
+    frame = pd.DataFrame(rows)
+    frame.attrs["origin"] = "synthetic.csv"
+    return frame
+
+
+def test_calibrate_library_recovers_latency_and_bandwidth_scales(tmp_path):
+    from simulator.calibrate_library import calibrate_library
+
+    measured = _synthetic(A100_2, 16, {"latency": 1.5, "bandwidth": 0.8})
+    result = calibrate_library(measured, "dgx-a100-2node", fit_fraction=0.5, seed=1,
+                               max_evaluations=200)
+    assert result.settings["scale"]["latency"] == pytest.approx(1.5, rel=0.05)
+    assert result.settings["scale"]["bandwidth"] == pytest.approx(0.8, rel=0.05)
+    assert "kernel_launch_s" in result.unseen          # mpi launches never bind here
+    table = result.mape_table().set_index("size_band")
+    assert table.loc["all", "mape_after_pct"] < 2.0 < table.loc["all", "mape_before_pct"]
+    path = result.write(tmp_path / "cal.yaml")
+    calibrated = load_topology(str(path))
+    assert calibrated.graph["library_settings"]["scale"]["latency"] == pytest.approx(
+        result.settings["scale"]["latency"])
+    # the calibrated preset carries its library into compare
+    from simulator.compare import compare
+
+    again = compare(measured, calibrated)
+    assert again["abs_error_pct"].mean() < 2.0
+
+
+def test_calibrate_cli_fits_the_library(tmp_path, capsys):
+    path = tmp_path / "m.csv"
+    _synthetic(A100_2, 16, {"latency": 1.3}).to_csv(path, index=False)
+    out = tmp_path / "c.yaml"
+    assert main(["calibrate", str(path), "--topology", "dgx-a100-2node", "--out",
+                 str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "calibrated the nccl library" in text and "fitted: latency" in text
+    assert "library:" in out.read_text()
+
+
+def test_preset_library_section_is_checked(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbuilder: gpu_cluster\nlibrary:\n  name: nccl\n  scale:\n"
+                   "    latency: -1\n")
+    with pytest.raises(ConfigError, match="scale.latency"):
+        load_topology(str(bad))

@@ -32,7 +32,8 @@ from simulator.topology.builders import BUILDERS, build, parameter_names
 
 __all__ = ["PresetSpec", "list_topologies", "load_topology", "preset_names", "read_preset"]
 
-_KEYS = {"name": str, "description": str, "builder": str, "params": dict, "sources": list}
+_KEYS = {"name": str, "description": str, "builder": str, "params": dict, "sources": list,
+         "library": dict}
 _REQUIRED = ("name", "builder")
 
 
@@ -47,6 +48,7 @@ class PresetSpec:
     sources: tuple[str, ...] = ()
     origin: str = ""
     lines: dict = field(default_factory=dict, compare=False)  # key path -> 1-based line
+    library: dict = field(default_factory=dict)   # calibrated library settings (calibrate)
 
 
 def _package_files() -> dict:
@@ -99,9 +101,17 @@ def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
         if not isinstance(source, str):
             raise ConfigError(f"{where('sources')}: sources[{i}] must be a str, got "
                               f"{type(source).__name__}")
+    library = data.get("library") or {}
+    if library:
+        from simulator.library import check_settings
+
+        try:
+            library = check_settings(library)
+        except ClusterSimError as exc:
+            raise ConfigError(f"{where('library')}: {exc}") from None
     return PresetSpec(name=data["name"], builder=data["builder"], params=dict(params),
                       description=data.get("description", ""), sources=tuple(sources),
-                      origin=origin, lines=lines)
+                      origin=origin, lines=lines, library=library)
 
 
 def _override_value(value):
@@ -189,4 +199,6 @@ def load_topology(name_or_path: str, overrides: dict[str, str] | None = None) ->
     if not is_builder:
         graph.graph.update(name=spec.name, description=spec.description,
                            source="\n".join(spec.sources))
+    if spec.library:
+        graph.graph["library_settings"] = dict(spec.library)
     return graph
