@@ -78,6 +78,10 @@ THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
 CHANNEL_SPEED = {"volta": 20.0, "ampere": 20.0, "hopper": 40.0, "blackwell": 40.0}
 MAX_CHANNELS = 32
 MAX_TREE_SEGMENTS = 64
+#: Smallest pipeline segment of a tree in the engine (finer than NCCL's chunks, so that the
+#: engine's bandwidth term is the pipelined rate NCCL's model assumes; NCCL's own shortfall
+#: for mid sizes is its treeCorrectionFactor, applied to the rate).
+TREE_SEGMENT_BYTES = 4096
 #: NVLS moves data in chunks of ``NCCL_NVLS_CHUNKSIZE``, default 128 KiB
 #: (``src/transport/nvls.cc``, 2.30.7); the engine pipelines at most MAX_TREE_SEGMENTS of them.
 NVLS_CHUNK_BYTES = 128 * 1024
@@ -393,23 +397,20 @@ class NcclLibrary:
             fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
             options["barriers"] = True
         elif c.algorithm == "tree":
-            # Per-step latencies go on the links, where the pipelined trees pay them hop by
-            # hop; the base latency is charged once.
-            lat_scale = self.scale["latency"]
-            intra_lat = c.intra_latency_us * lat_scale
-            inter_lat = c.inter_latency_us * lat_scale if facts.nodes > 1 else 0.0
-            fixed = (c.latency_us - c.steps_latency_us * lat_scale) * 1e-6
-            if c.algorithm == "tree":
-                # NCCL's trees on every channel, in chunks of one protocol step, at most
-                # MAX_TREE_SEGMENTS per tree (a longer pipeline changes the time by < 1/64).
-                # Channels beyond a machine's GPU count would repeat a rotation: the same
-                # bytes on fewer, distinct channel trees cross the same NICs.
-                local = max(1, int(facts.ranks_per_node))
-                tree_channels = min(used, local)
-                per_tree = -(-int(size_bytes) // (2 * tree_channels))
-                options.update(channels=tree_channels, local_ranks=local,
-                               segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // (
-                                   STEP_PAYLOAD_BYTES[c.protocol])))))
+            # NCCL's additive model again: its tree latency (base and per-hop) is charged once
+            # and the engine times the bytes through the trees of every channel (each
+            # channel's pair entered through other GPUs, so the channels cross machines on
+            # different NICs), finely pipelined, at the protocol's rate times NCCL's measured
+            # tree correction for this size (treeCorrectionFactor).
+            intra_lat = inter_lat = 0.0
+            fixed = c.latency_us * 1e-6
+            scale *= c.algbw_GBps / (c.busbw_GBps * 0.5 * self.scale["bandwidth"])
+            local = max(1, int(facts.ranks_per_node))
+            tree_channels = min(c.channels, local)
+            per_tree = -(-int(size_bytes) // (2 * tree_channels))
+            options.update(channels=tree_channels, local_ranks=local,
+                           segments=max(1, min(MAX_TREE_SEGMENTS,
+                                               -(-per_tree // TREE_SEGMENT_BYTES))))
         else:  # nvls: the NVSwitch is the server; latency as NCCL's model, once
             intra_lat = inter_lat = 0.0
             switch = next(n for n, a in graph.nodes(data=True) if a.get("kind") == "nvswitch"

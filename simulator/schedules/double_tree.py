@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Schedule
-from .tree import Tree, btree, positive_int, tree_schedule
+from .tree import Tree, btree, from_parent, positive_int, tree_schedule
 
 #: NCCL Simple protocol chunk: DEFAULT_BUFFSIZE 4 MiB / NCCL_STEPS 8 (NVIDIA/nccl src/include).
 DEFAULT_SEGMENT_BYTES = 512 << 10
@@ -53,24 +53,43 @@ def segments_for(part_bytes: int, segment_bytes: int) -> int:
 def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None) -> list[Tree]:
     """The two complementary trees of every channel, ``2 x channels`` trees in all.
 
-    NCCL runs its double binary tree on every channel, each channel's trees entered through
-    other GPUs of a machine so that each channel crosses machines on its own NIC. Channel ``c``
-    here is NCCL's pair of trees with every machine's ranks rotated by ``c x L // channels``
-    (``L = local_ranks`` ranks per machine, consecutive ranks sharing one), so the channels'
-    inter-machine edges leave from different GPUs. One channel gives :func:`double_trees`.
+    Without ``local_ranks`` (or with one machine's worth of ranks equal to ``p`` and one
+    channel) these are NCCL's double binary trees over all ranks (:func:`double_trees`).
+
+    With ``local_ranks = L`` (consecutive ranks share a machine), they are NCCL's trees as it
+    builds them across machines (``src/graph/trees.cc``, ``connect.cc``): inside every machine a
+    chain of its GPUs, entered through the channel's head GPU ``c x L // channels`` (so each
+    channel crosses machines on another GPU's NIC); across machines a double binary tree over the
+    machines, joining their heads. On one machine the pair is the chain and its reverse.
     """
     channels = positive_int("channels", channels)
-    base = list(double_trees(p))
-    if channels == 1:
-        return base
-    local = p if local_ranks is None else positive_int("local_ranks", local_ranks)
-    v = np.arange(p, dtype=np.int64)
+    if local_ranks is None:
+        base = list(double_trees(p))
+        if channels == 1:
+            return base
+        local_ranks = p
+    local = positive_int("local_ranks", local_ranks)
+    if p % local or local > p:
+        local = p
+    machines = p // local
     out = []
     for c in range(channels):
-        shift = c * local // channels
-        perm = (v // local) * local + ((v % local) + shift) % local
-        perm = np.where(v // local * local + local <= p, perm, v)   # a partial last machine
-        out += [t.relabel(perm) for t in base]
+        head = (c * local // channels) % local
+        chain = [(head + i) % local for i in range(local)]
+        if machines == 1:
+            pairs = [(None, chain), (None, chain[::-1])]
+        else:
+            pairs = [(t, chain) for t in double_trees(machines)]
+        for node_tree, order in pairs:
+            parent = np.full(p, -1, dtype=np.int64)
+            for m in range(machines):
+                base_rank = m * local
+                for i in range(1, local):
+                    parent[base_rank + order[i]] = base_rank + order[i - 1]
+                up = -1 if node_tree is None else int(node_tree.parent[m])
+                if up >= 0:
+                    parent[base_rank + order[0]] = up * local + order[0]
+            out.append(from_parent(parent))
     return out
 
 
