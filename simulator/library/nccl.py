@@ -396,6 +396,13 @@ class NcclLibrary:
             inter_lat = intra_lat
             fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
             options["barriers"] = True
+            if collective in ("broadcast", "reduce"):
+                # NCCL pipelines the chain in protocol steps: the engine slices it finely and
+                # NCCL's chain latency is charged once.
+                intra_lat = inter_lat = 0.0
+                fixed = c.latency_us * 1e-6
+                options.pop("barriers")
+                slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // TREE_SEGMENT_BYTES)))
         elif c.algorithm == "tree":
             # NCCL's additive model again: its tree latency (base and per-hop) is charged once
             # and the engine times the bytes through the trees of every channel (each

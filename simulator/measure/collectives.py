@@ -88,8 +88,11 @@ NETWORKS = ("loopback", "shaped")
 #: Columns of the measurement rows, in order.
 MEASURED_COLUMNS = ("source", "topology", "collective", "algorithm", "gpus", "size_bytes",
                     "time_us", "algbw_GBps", "busbw_GBps", "time_std_us", "iterations",
-                    "backend", "device", "network", "bandwidth_bytes_per_s", "correct")
+                    "backend", "device", "network", "bandwidth_bytes_per_s", "correct", "launch")
 SOURCE = "clustersim measure"
+#: How these measurements issue their calls (:mod:`simulator.library.launch`):
+#: ``torch.distributed`` from Python, one process per rank.
+LAUNCH = "torch"
 _FLOAT32_BYTES = 4
 _MASTER_PORT_SHAPED = 29500
 
@@ -336,7 +339,7 @@ def _rows(results, workers, sizes, algorithms, meta) -> list[dict]:
                 "time_std_us": stats.std_s * 1e6, "iterations": stats.iterations,
                 "backend": meta["backend"], "device": meta["device"], "network": meta["network"],
                 "bandwidth_bytes_per_s": meta["bandwidth"],
-                "correct": all(p["correct"] for p in per_rank)})
+                "correct": all(p["correct"] for p in per_rank), "launch": LAUNCH})
     return rows
 
 
