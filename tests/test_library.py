@@ -344,3 +344,25 @@ def test_preset_library_section_is_checked(tmp_path):
                    "    latency: -1\n")
     with pytest.raises(ConfigError, match="scale.latency"):
         load_topology(str(bad))
+
+
+def test_without_p2p_gpu_traffic_is_staged_through_host_memory():
+    from simulator.topology.routing import Router
+
+    box = load_topology("pcie-2x-2080ti", {})
+    path = Router(box).path("n0.gpu0", "n0.gpu1")
+    assert path.nodes == ("n0.gpu0", "n0.pcie0", "n0.bridge", "n0.cpu", "n0.bridge",
+                          "n0.pcie0", "n0.gpu1")
+    p2p = load_topology("pcie-2x-2080ti", {"p2p": "true"})
+    assert Router(p2p).path("n0.gpu0", "n0.gpu1").nodes == ("n0.gpu0", "n0.pcie0", "n0.gpu1")
+    # both directions of a 2-GPU ring share the switch's one uplink: half the rate each
+    rate = 15.75e9 * 12 / (8 * 16 * 128 / 130 / 8)   # NCCL's PCIe Gen3 x16: 12 GB/s
+    for engine in ("event", "auto"):
+        ring = run_collective(box, "allreduce", "ring", 1 << 30, library="nccl", protocol="Simple",
+                              launch="none", engine=engine)
+        assert ring.row["busbw_GBps"] == pytest.approx(rate / 2 / 1e9, rel=0.01)
+        bcast = run_collective(box, "broadcast", "ring", 1 << 30, library="nccl",
+                               protocol="Simple", launch="none", engine=engine)
+        assert bcast.row["busbw_GBps"] == pytest.approx(rate / 1e9, rel=0.01)
+    with pytest.raises(ConfigError, match="p2p"):
+        load_topology("pcie-2x-2080ti", {"p2p": "sometimes"})

@@ -402,7 +402,7 @@ def test_preset_loads_by_name_with_sources(name):
     ("dgx1-v100-2node-roce", "nics_per_node", 2), ("dgx1-v100-2node-roce", "network", "ethernet"),
     ("dgx-a100-2node", "nodes", 2), ("tianhe-k80", "nodes", 32),
     ("tianhe-k80", "gpus_per_node", 4), ("tianhe-k80", "nic_bandwidth", 7e9),
-    ("k80-cloud-8", "nic_bandwidth", 1.25e9), ("pcie-2x-2080ti", "host_bridge_bandwidth", 9.2e9),
+    ("k80-cloud-8", "nic_bandwidth", 1.25e9), ("pcie-2x-2080ti", "pcie_bandwidth", 15.75e9), ("pcie-2x-2080ti", "p2p", False),
     ("pcie-4x-consumer", "intra", "pcie"),
 ])
 def test_preset_key_numbers(name, key, value):

@@ -226,7 +226,10 @@ class _Paths:
         return idx
 
     def _hub(self, nodes) -> str | None:
-        """The common hub of ``nodes`` when each has one out-link and one in-link, to it."""
+        """The common hub of ``nodes`` when each has one out-link and one in-link, to it (and
+        the hub forwards between them: not a PCIe switch whose GPUs lack peer-to-peer)."""
+        if not (self.graph.graph.get("params") or {}).get("p2p", True):
+            return None
         succ, pred = self.graph.succ, self.graph.pred
         hub = None
         for n in nodes:

@@ -258,6 +258,7 @@ def gpu_cluster(
     nics_per_node=1, nic_bandwidth="200 Gbps", nic_latency="0.35 us", nic_attach=None,
     network="ib", fabric="star", nics_per_leaf=8, spines=2, uplink_bandwidth=None,
     uplink_latency="0.5 us", ps_hosts=0, ps_bandwidth=None, ps_reduce_bandwidth=None,
+    p2p=True,
 ) -> nx.DiGraph:
     """Machines of GPUs joined by a network.
 
@@ -358,6 +359,11 @@ def gpu_cluster(
         Per direction of each PS host's link; ``None`` means ``nic_bandwidth``.
     ps_reduce_bandwidth : bandwidth or None
         PS hosts' reduction rate; ``None`` derives it from the ``cpu`` preset (memory bw / 3).
+    p2p : bool
+        PCIe peer-to-peer between GPUs of a machine (default True). ``False`` (GeForce cards,
+        which NVIDIA's drivers do not let write into each other's memory) stages every
+        GPU-to-GPU transfer without NVLink through host memory: the router sends it up to the
+        machine's ``cpu`` node and down to the receiver (:mod:`~simulator.topology.routing`).
 
     Returns
     -------
@@ -397,6 +403,8 @@ def gpu_cluster(
     ps_bw = _optional_bandwidth(ps_bandwidth, "ps_bandwidth") or nic_bw
     ps_reduce = _reduce_rate(ps_reduce_bandwidth, "ps_reduce_bandwidth",
                              cpu_device.reduce_bytes_per_s)
+    if not isinstance(p2p, bool):
+        raise ConfigError(f"p2p: expected true or false, got {p2p!r}")
     params = {
         "nodes": nodes, "gpus_per_node": gpus, "gpu": gpu, "reduce_bandwidth": gpu_reduce,
         "intra": intra, "nvlink_bandwidth": nvlink_bw, "nvlink_latency": nvlink_lat,
@@ -406,6 +414,7 @@ def gpu_cluster(
         "nic_attach": attach, "network": network, "fabric": fabric, "nics_per_leaf": per_leaf,
         "spines": spines, "uplink_bandwidth": up_bw, "uplink_latency": up_lat,
         "ps_hosts": ps_count, "ps_bandwidth": ps_bw, "ps_reduce_bandwidth": ps_reduce,
+        "p2p": p2p,
     }
     graph = new_graph("gpu_cluster", "gpu_cluster", params, _source("gpu_cluster"))
     ports = []

@@ -18,6 +18,13 @@ Rules, in order:
    ``zlib.crc32(f"{src}->{dst}".encode()) % count`` is taken, the way a switch hashes a flow onto
    one of its uplinks. The choice is the same in every run and under every ``PYTHONHASHSEED``,
    and different pairs spread over the alternatives.
+6. Without PCIe peer-to-peer (``gpu_cluster`` with ``p2p: false``: GeForce cards, or a
+   platform that forbids it) two GPUs of one machine cannot write into each other's memory:
+   their traffic is staged through host memory, as NCCL's SHM transport does. The path is the
+   sender's route to its machine's ``cpu`` node (its memory) followed by the route from there to
+   the receiver, so the bytes cross the sender's PCIe links up, the memory, and the receiver's
+   PCIe links down, and share every PCIe switch uplink and root port on the way with the other
+   staged transfers.
 
 A :class:`Path` lists its directed links and the transit nodes that cap throughput; the engine
 treats each of those ``resources`` as one shared capacity (:meth:`Router.capacity`).
@@ -79,6 +86,7 @@ class Router:
         # use: a switch with thousands of hosts would otherwise be scanned once per route)
         self._transit_succ: dict[str, list[str]] = {}
         self._transit_pred: dict[str, list[str]] = {}
+        self._cpus: dict | None = None
 
     def path(self, src: str, dst: str) -> Path:
         """The path from ``src`` to ``dst`` (cached); ``src == dst`` gives an empty path."""
@@ -95,6 +103,10 @@ class Router:
         return self.graph.edges[resource]["bandwidth_bytes_per_s"]
 
     def _route(self, src: str, dst: str) -> Path:
+        staging = self._staging_cpu(src, dst)
+        if staging is not None:
+            up, down = self._route(src, staging), self._route(staging, dst)
+            return self._make_path(up.nodes + down.nodes[1:])
         candidates = self.shortest_paths(src, dst)
         cost = [sum(LINK_CLASS[self.graph.edges[e]["kind"]] for e in zip(p, p[1:]))
                 for p in candidates]
@@ -103,6 +115,21 @@ class Router:
         best = sorted(p for p, c in zip(candidates, cost) if c == lowest)
         chosen = best[zlib.crc32(f"{src}->{dst}".encode()) % len(best)]
         return self._make_path(chosen)
+
+    def _staging_cpu(self, src: str, dst: str):
+        """The ``cpu`` node that stages GPU-to-GPU traffic inside a machine without PCIe
+        peer-to-peer (rule 6), else None."""
+        if (self.graph.graph.get("params") or {}).get("p2p", True):
+            return None
+        nodes = self.graph.nodes
+        a, b = nodes[src], nodes[dst]
+        if a.get("kind") != "gpu" or b.get("kind") != "gpu" \
+                or a.get("node_index") != b.get("node_index"):
+            return None
+        if self._cpus is None:
+            self._cpus = {attrs.get("node_index"): n for n, attrs in nodes(data=True)
+                          if attrs.get("kind") == "cpu"}
+        return self._cpus.get(a.get("node_index"))
 
     def _affinity_misses(self, nodes: tuple[str, ...]) -> int:
         """NICs on the path whose index differs from the GPU on their machine's end."""
