@@ -405,7 +405,8 @@ def cmd_train(args) -> int:
                     sharding=args.ps_sharding, staleness=_consistency(args.consistency),
                     local_aggregation=args.ps_local_aggregation),
         measured_csv=args.compute,
-        compression=parse_compression(args.compression) if args.compression else None)
+        compression=parse_compression(args.compression) if args.compression else None,
+        library=_training_library(args, graph))
     frame = run_training(graph, spec)
     if args.format == "table":
         print(format_training_table(frame))
@@ -418,6 +419,24 @@ def cmd_train(args) -> int:
             written += plot(frame, out / name)
         print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0
+
+
+def _training_library(args, graph):
+    """``--library`` of ``train``: ``ideal`` unless asked (training on the library model is
+    opt-in until its validation against measured training runs lands)."""
+    from .library import get_library, graph_settings
+
+    if args.library is None:
+        if args.protocol or args.launch or args.nccl_version:
+            raise ConfigError("--protocol, --launch and --nccl-version need --library nccl")
+        return None
+    lib = library_args(args, graph)
+    if lib["library"] == "ideal":
+        return None
+    if lib["protocol"]:
+        raise ConfigError("--protocol: train lets the library choose each bucket's protocol")
+    return get_library("nccl", **graph_settings(graph, "nccl", {
+        "version": lib["version"], "launch": lib["launch"] or "mpi"}))
 
 
 def cmd_sweep(args) -> int:
@@ -545,6 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--compression", default=None, metavar="FORMAT",
                     help="gradient compression: none, fp16, bf16, topk:FRACTION (e.g. "
                          "topk:0.01) or onebit")
+    add_library_arguments(tr)
     tr.add_argument("--format", choices=["table", "csv", "json"], default="table")
     tr.add_argument("-o", "--output", default=None, help="folder for results.csv and plots")
     tr.set_defaults(func=cmd_train)

@@ -366,3 +366,17 @@ def test_without_p2p_gpu_traffic_is_staged_through_host_memory():
         assert bcast.row["busbw_GBps"] == pytest.approx(rate / 1e9, rel=0.01)
     with pytest.raises(ConfigError, match="p2p"):
         load_topology("pcie-2x-2080ti", {"p2p": "sometimes"})
+
+
+def test_training_buckets_go_through_the_library(capsys):
+    argv = ["train", "--topology", "dgx-a100", "--param", "nodes=2", "--model", "resnet50",
+            "--gpus", "16", "--aggregation", "ring", "--bucket", "1MiB", "--format", "csv"]
+    assert main(argv) == 0
+    ideal = capsys.readouterr().out.splitlines()
+    assert main(argv + ["--library", "nccl"]) == 0
+    nccl = capsys.readouterr().out.splitlines()
+    col = ideal[0].split(",").index("iteration_s")
+    # 1 MiB buckets pay NCCL's latency per call: the iteration gets longer
+    assert float(nccl[1].split(",")[col]) > float(ideal[1].split(",")[col])
+    assert main(argv + ["--library", "nccl", "--protocol", "LL"]) == 2
+    assert "train lets the library choose" in capsys.readouterr().err

@@ -61,6 +61,7 @@ class TrainingSpec:
     seed: int = 0
     compression: Compression | None = None   # gradient format on the wire (None: dense)
     compressions: tuple[Compression, ...] = ()   # several formats, one row each (a sweep)
+    library: object = None             # collective library of the buckets (None: ideal wires)
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -172,7 +173,7 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             model_name=model_name, gradient_bytes=grads, precision=spec.precision,
             bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=ps,
             record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed),
-            compression=fmt)
+            compression=fmt, library=spec.library)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,

@@ -183,7 +183,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       slices: int = 1, ps: PsConfig | None = None,
                       options: dict | None = None, record_rates: bool = False,
                       slowdown=None, compression: Compression | None = None,
-                      collective_engine: str = "event") -> TrainingResult:
+                      collective_engine: str = "event", library=None) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -202,6 +202,12 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         How each bucket's collective is timed (see :func:`_run_collective`): the event engine,
         or the exact fast path of :mod:`simulator.engine.fast` (``fast`` raises where it does
         not apply, ``auto`` falls back to the event engine). PS aggregation is always evented.
+    library : library object or None
+        The collective library every bucket's all-reduce goes through
+        (:mod:`simulator.library`; ``None`` or ``ideal``: bare wires). With ``nccl`` each
+        bucket is planned alone (protocol, channels, costed links, base latency, launch) and
+        timed by the fast path on its plan, so its cost is what the library says a call of that
+        size costs; this needs the fast path (numba) and no compression kernels.
     """
     grad = [int(b) for b in gradient_bytes]
     slow = [1.0] * gpus if slowdown is None else [float(x) for x in slowdown]
@@ -226,7 +232,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         iteration_s, comm_busy, fast_wire = _run_collective(
             engine, workers, buckets, fwd, sum(bwd), profile.optimizer_s, aggregation, slices,
             dict(options or {}), graph, max(slow), codec,
-            collective_engine=collective_engine if not record_rates else "event")
+            collective_engine=collective_engine if not record_rates else "event",
+            library=library)
         rate = gpus / iteration_s
     wire = sum(int(run.schedule.transfer_bytes.sum()) for run in engine.runs) / iterations
     if aggregation != "ps":
@@ -256,7 +263,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
 
 def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algorithm, slices,
                     options, graph, slowest: float = 1.0, codec: "_Codec | None" = None,
-                    collective_engine: str = "event"):
+                    collective_engine: str = "event", library=None):
     """BSP with one all-reduce per bucket, serialised on one communicator stream.
 
     A bucket's all-reduce starts when the slowest worker (compute scaled by ``slowest``) has
@@ -279,8 +286,12 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
     fwd, bwd_total, optimizer_s = fwd * slowest, bwd_total * slowest, optimizer_s * slowest
     if n == 1 or not buckets:
         return fwd + bwd_total + optimizer_s, 0.0, 0.0
-    fast = _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options,
-                         collective_engine)
+    if library is not None and getattr(library, "name", library) != "ideal":
+        fast = _library_buckets(graph, algorithm, workers, codec, buckets, slices, options,
+                                library)
+    else:
+        fast = _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options,
+                             collective_engine)
     schedules = None if fast else [
         _collective_schedule(graph, algorithm, n, codec, b.size_bytes, slices, options)
         for b in buckets]
@@ -365,6 +376,44 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
                                     f"{size} bytes on {n} ranks: {result.reason}")
             return None
         results.append(result)
+    return results
+
+
+def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options, library):
+    """Every bucket's collective planned by ``library`` and timed alone by the fast path on
+    its plan (the plan's costed links, schedule and fixed and host times)."""
+    import dataclasses
+
+    from ..collective import default_options
+    from ..engine.fast import fast_collective
+
+    n = len(workers)
+    if any(codec.seconds(w, kernel(b.size_bytes, n)) > 0 for b in buckets for w in workers
+           for kernel in (codec.compress, codec.decompress)):
+        raise ConfigError(f"the {library.name} library in training times each bucket alone: "
+                          f"compression kernels need the ideal library (--library ideal)")
+    results, cache = [], {}
+    for b in buckets:
+        algo, collective, size, opts = _collective_spec(graph, algorithm, n, codec, b.size_bytes,
+                                                        options)
+        key = (algo, collective, size)
+        if key not in cache:
+            plan = library.plan(graph, collective, algo, size, n)
+            plan_opts = default_options(plan.graph, plan.algorithm, n,
+                                        {**{k: v for k, v in opts.items()
+                                            if k not in ("channels", "orders")},
+                                         **plan.options})
+            result = fast_collective(plan.graph, collective, plan.algorithm, size, n,
+                                     list(workers) + list(plan.helper_nodes),
+                                     slices=plan.slices or slices,
+                                     reduce_compute=plan.reduce_compute is not False,
+                                     options=plan_opts)[0]
+            if not result.applicable:
+                raise ConfigError(f"the {library.name} library in training needs the fast path "
+                                  f"for {algo} {collective} of {size} bytes on {n} ranks: "
+                                  f"{result.reason}")
+            cache[key] = dataclasses.replace(result, time_s=plan.total_time_s(result.time_s))
+        results.append(cache[key])
     return results
 
 
