@@ -59,7 +59,7 @@ def graph_settings(graph, name: str, settings: dict | None = None) -> dict:
 #: Settings a preset's ``library:`` section may hold, and what each is.
 SETTING_KEYS = ("name", "version", "scale", "costs")
 SCALE_KEYS = ("latency", "bandwidth")
-COST_KEYS = ("kernel_launch_s", "python_call_s")
+COST_KEYS = ("kernel_launch_s", "call_overhead_s", "python_call_s")
 
 
 def check_settings(data: dict) -> dict:

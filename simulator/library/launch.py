@@ -32,15 +32,20 @@ from ..errors import ConfigError
 MODES = ("mpi", "group", "torch", "none")
 
 #: Host costs, seconds.
-#: ``kernel_launch_s``: host time of one NCCL collective launch on one GPU (enqueue plus
-#: ``cudaLaunchKernel``). NVIDIA's CUDA C++ Best Practices Guide and the CUDA Graphs blog
-#: ("Getting Started with CUDA Graphs", 2019) measure a launch at a few microseconds
-#: (the blog's loop: 2.0 us per kernel once launches overlap, about 3.8 us per kernel-and-sync);
-#: NCCL's own per-call host work (argument checks, task planning, proxy handoff) comes on top.
-#: ``python_call_s``: torch.distributed's per-call dispatch from Python (c10d work object,
-#: stream bookkeeping), on the order of 10 us per call as PyTorch maintainers note for small
-#: collectives.
-LAUNCH_COSTS = {"kernel_launch_s": 5.0e-6, "python_call_s": 10.0e-6}
+#:
+#: ``kernel_launch_s``, the host time of one GPU's NCCL launch inside a call, and
+#: ``call_overhead_s``, the call's own host time: a maintainers' thread measures nccl-tests on a
+#: DGX A100 with one thread driving ``-g G`` GPUs (``NCCL_ALGO=Ring NCCL_MAX_NCHANNELS=1
+#: all_reduce_perf -b 8 -e 128 -g G``; NVIDIA/nccl-tests issue #123, 2022): 10.0, 13.76, 16.88,
+#: 20.8, 25.2, 29.5 and 33.7 us for G = 2..8, far above NCCL's own ring latency (7.8 to 15 us
+#: by tuning.cc) and growing by a constant per GPU: the host, launching one GPU after another,
+#: paces the loop. The least-squares line is 1.60 us + 3.96 us per GPU.
+#:
+#: ``python_call_s``: torch.distributed's dispatch of one call from Python (the c10d work
+#: object, stream bookkeeping), about 10 us: of the order of the Python-to-kernel-launch path
+#: PyTorch's CUDA graphs documentation sets out to remove.
+LAUNCH_COSTS = {"kernel_launch_s": 3.96e-6, "call_overhead_s": 1.60e-6,
+                "python_call_s": 10.0e-6}
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Launch:
             return 0.0
         launches = self.gpus_per_thread if self.mode == "group" else 1
         extra = costs["python_call_s"] if self.mode == "torch" else 0.0
-        return launches * costs["kernel_launch_s"] + extra
+        return costs["call_overhead_s"] + launches * costs["kernel_launch_s"] + extra
 
     def __str__(self) -> str:
         return f"group:{self.gpus_per_thread}" if self.mode == "group" else self.mode
