@@ -389,3 +389,11 @@ def test_training_buckets_go_through_the_library(capsys):
     assert float(nccl[1].split(",")[col]) > float(ideal[1].split(",")[col])
     assert main(argv + ["--library", "nccl", "--protocol", "LL"]) == 2
     assert "train lets the library choose" in capsys.readouterr().err
+
+
+def test_h100_tuner_switches_to_nvls_at_2mib():
+    """A user's HGX H100 log: ring LL from 8 B to 1 MB, NVLS Simple from 2 MB on (nccl-tests
+    issue #309); NCCL's tuner constants make the same choice."""
+    lib = get_library("nccl")
+    assert [lib.plan(H100, "allreduce", "auto", 1 << k, 8).label for k in (3, 20, 21, 30)] == \
+        ["ring", "ring", "nvls", "nvls"]
