@@ -541,6 +541,17 @@ def calibrate(measured: pd.DataFrame, graph_loader=None, topology_name: str = ""
         fit_fraction=fit_fraction, sources=tuple(preset["sources"]))
 
 
+def record_context(topology: str, measured, before: dict, after: dict) -> tuple[str, str, str]:
+    """``(preset name, measured file, "band a% -> b%, ...")`` for a calibrated preset's record."""
+    name = Path(topology).stem if topology.endswith((".yaml", ".yml")) else topology
+    origin = measured.attrs.get("origin") or "measured points"
+    bands_b = before["size_band"].set_index("size_band")["mape_pct"]
+    bands_a = after["size_band"].set_index("size_band")["mape_pct"]
+    held_text = ", ".join(f"{band} {bands_b[band]:.1f}% -> {bands_a[band]:.1f}%"
+                          for band in bands_b.index)
+    return name, origin, held_text
+
+
 def _preset_document(topology, builder, raw, base_params, overrides, resolved, description,
                      sources, fitted, screened_out, measured, fit, held_idx, fit_fraction,
                      seed, before, after) -> dict:
@@ -549,12 +560,7 @@ def _preset_document(topology, builder, raw, base_params, overrides, resolved, d
     for name, value in overrides.items():
         params[name] = _latency_text(value) if name.endswith("_latency") else \
             _bandwidth_text(value)
-    name = Path(topology).stem if topology.endswith((".yaml", ".yml")) else topology
-    origin = measured.attrs.get("origin") or "measured points"
-    bands_b = before["size_band"].set_index("size_band")["mape_pct"]
-    bands_a = after["size_band"].set_index("size_band")["mape_pct"]
-    held_text = ", ".join(f"{band} {bands_b[band]:.1f}% -> {bands_a[band]:.1f}%"
-                          for band in bands_b.index)
+    name, origin, held_text = record_context(topology, measured, before, after)
     what = "held-out" if len(held_idx) else "fit (nothing held out)"
     fit_text = "; ".join(p.describe() for p in fitted) or "nothing (no visible parameter)"
     record = (f"clustersim {__version__} calibrate: fitted on {len(fit)} of {len(measured)} "

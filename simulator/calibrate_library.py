@@ -31,7 +31,7 @@ import pandas as pd
 import yaml
 
 from . import __version__
-from .calibrate import _preset, nelder_mead, split_points
+from .calibrate import _preset, nelder_mead, record_context, split_points
 from .compare import SIZE_BANDS, compare, summarise
 from .errors import ConfigError
 from .library.launch import LAUNCH_COSTS
@@ -162,12 +162,7 @@ def _document(topology, settings, measured, fit_idx, held_idx, fit_fraction, see
               unseen, before, after, params) -> dict:
     raw, builder, description, sources = _preset(topology)
     raw = {**raw, **dict(params or {})}
-    name = Path(topology).stem if topology.endswith((".yaml", ".yml")) else topology
-    origin = measured.attrs.get("origin") or "measured points"
-    bands_b = before["size_band"].set_index("size_band")["mape_pct"]
-    bands_a = after["size_band"].set_index("size_band")["mape_pct"]
-    held_text = ", ".join(f"{band} {bands_b[band]:.1f}% -> {bands_a[band]:.1f}%"
-                          for band in bands_b.index)
+    name, origin, held_text = record_context(topology, measured, before, after)
     record = (f"clustersim {__version__} calibrate (library nccl): fitted on {len(fit_idx)} of "
               f"{len(measured)} points of {origin} (fit_fraction {fit_fraction:g}, seed {seed}, "
               f"split stratified by size band), minimising mean |ln(simulated/measured)|: "

@@ -353,10 +353,7 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
     if collective_engine == "event":
         return None
     n = len(workers)
-    kernels = any(codec.seconds(w, kernel(b.size_bytes, n)) > 0
-                  for b in buckets for w in workers for kernel in (codec.compress,
-                                                                   codec.decompress))
-    if kernels:
+    if _codec_kernels(codec, buckets, workers):
         if collective_engine == "fast":
             raise NotApplicable("compression kernels share the devices' compute queues with the "
                                 "collectives' reductions: use the event engine")
@@ -379,6 +376,13 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
     return results
 
 
+def _codec_kernels(codec, buckets, workers) -> bool:
+    """Whether any bucket's (de)compression takes device time on any worker."""
+    n = len(workers)
+    return any(codec.seconds(w, kernel(b.size_bytes, n)) > 0 for b in buckets for w in workers
+               for kernel in (codec.compress, codec.decompress))
+
+
 def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options, library):
     """Every bucket's collective planned by ``library`` and timed alone by the fast path on
     its plan (the plan's costed links, schedule and fixed and host times)."""
@@ -388,8 +392,7 @@ def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options,
     from ..engine.fast import fast_collective
 
     n = len(workers)
-    if any(codec.seconds(w, kernel(b.size_bytes, n)) > 0 for b in buckets for w in workers
-           for kernel in (codec.compress, codec.decompress)):
+    if _codec_kernels(codec, buckets, workers):
         raise ConfigError(f"the {library.name} library in training times each bucket alone: "
                           f"compression kernels need the ideal library (--library ideal)")
     results, cache = [], {}
