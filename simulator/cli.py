@@ -49,7 +49,7 @@ def _load(args):
 
 
 def _algorithms(spec: str, collective: str) -> list[str]:
-    from .schedules import ALGORITHMS, get_algorithm
+    from .schedules import ALGORITHMS
 
     if spec == "all":
         return [a.name for a in ALGORITHMS.values()

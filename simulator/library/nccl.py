@@ -53,10 +53,9 @@ import networkx as nx
 from ..errors import ConfigError
 from ..topology import endpoints
 from .base import Plan
-from .launch import LAUNCH_COSTS, Launch, parse_launch
+from .launch import LAUNCH_COSTS, parse_launch
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
-from .nccl_constants import (NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, STEP_PAYLOAD_BYTES,
-                             NcclVersion, get_version)
+from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version
 
 #: User-facing algorithm names and the NCCL algorithm each is.
 NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree",

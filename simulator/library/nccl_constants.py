@@ -221,15 +221,6 @@ NVLINK_PER_LINK = ((100, 40.1, 50.0), (90, 20.6, 25.0), (86, 12.0, 14.0625), (80
 #: against the 128b/130b line rate (Gen3 x16 15.754 GB/s): 12 / 15.754.
 PCIE_EFFICIENCY = 12.0 / (8.0 * 16 * 128 / 130 / 8)
 
-#: Buffer bytes per step of each protocol (``src/include/device.h``, 2.30.7): ``NCCL_STEPS`` = 8
-#: slots. Simple: ``DEFAULT_BUFFSIZE`` 4 MiB / 8 = 512 KiB. LL: ``NCCL_LL_LINES_PER_THREAD`` 8 x
-#: ``NCCL_LL_MAX_NTHREADS`` 512 x 16-byte lines = 64 KiB per step, half of it payload.
-#: LL128: ``NCCL_LL128_ELEMS_PER_THREAD`` 120 x ``NCCL_LL128_MAX_NTHREADS`` 640 x 8 bytes =
-#: 600 KiB per step, 120 of every 128 bytes payload.
-STEP_PAYLOAD_BYTES = {"LL": 8 * 512 * 16 // 2, "LL128": 120 * 640 * 8 * 120 // 128,
-                      "Simple": (4 << 20) // 8}
-
-
 def get_version(text: str | None) -> NcclVersion:
     """The table for an NCCL version string (``"2.18.3"``, ``"2.5.6 (stated ...)"``, ``None``).
 
