@@ -424,7 +424,7 @@ def test_overrides_replace_params():
 def test_override_and_name_errors():
     with pytest.raises(ConfigError, match=r"--param bogus.*valid: nodes, gpus_per_node"):
         load_topology("dgx-a100", {"bogus": "1"})
-    with pytest.raises(ConfigError, match=r"'nope'.*valid: dgx-a100.*star"):
+    with pytest.raises(ConfigError, match=r"'nope'.*valid: aws-p4d.*dgx-a100.*star"):
         load_topology("nope")
     with pytest.raises(ConfigError, match="not found"):
         load_topology("missing/file.yaml")

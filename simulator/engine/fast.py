@@ -1033,7 +1033,7 @@ def _ring_plan(graph, placement, collective, size_bytes, channels, local_ranks,
     if p == 1:
         return FastResult(0.0, True, "", "ring-symmetric")
     parts = split_bytes(size_bytes, channels)
-    orders = [ring_order(p, c, local_ranks) for c in range(channels)]
+    orders = [ring_order(p, c, local_ranks, channels) for c in range(channels)]
     src = np.concatenate(orders)
     dst = np.concatenate([np.roll(order, -1) for order in orders])
     nodes = list(placement)

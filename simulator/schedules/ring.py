@@ -46,13 +46,21 @@ def _ring_steps(p: int, first_step: int, chunk_of_rank_at_step, reduce: bool, ph
                 phase=np.full(r.shape, phase, dtype=np.int16))
 
 
-def ring_order(p: int, channel: int, local_ranks: int | None) -> np.ndarray:
-    """Ranks in ring order for ``channel``: machines in order, each machine's ranks rotated."""
+def ring_order(p: int, channel: int, local_ranks: int | None,
+               channels: int | None = None) -> np.ndarray:
+    """Ranks in ring order for ``channel``: machines in order, each machine's ranks rotated.
+
+    Channel ``c`` of ``channels`` rotates by ``c`` when there are at least as many channels as
+    ranks per machine, else by ``c x L // channels``, so that fewer channels than GPUs (one per
+    NIC on a machine with fewer NICs than GPUs) still leave each machine through GPUs spread
+    over all its NICs."""
     if not local_ranks or local_ranks >= p or p % local_ranks:
         return np.arange(p, dtype=np.int64)
+    shift = channel if not channels or channels >= local_ranks \
+        else channel * local_ranks // channels
     j = np.arange(local_ranks, dtype=np.int64)
     nodes = np.arange(p // local_ranks, dtype=np.int64)
-    return (nodes[:, None] * local_ranks + (j[None, :] + channel) % local_ranks).ravel()
+    return (nodes[:, None] * local_ranks + (j[None, :] + shift) % local_ranks).ravel()
 
 
 def explicit_orders(orders, p: int) -> list[np.ndarray]:
@@ -85,7 +93,7 @@ def channel_orders(p: int, channels: int | None, local_ranks: int | None,
     """
     if orders is None:
         count = 1 if channels is None else positive_int("channels", channels)
-        return [ring_order(p, c, local_ranks) for c in range(count)]
+        return [ring_order(p, c, local_ranks, count) for c in range(count)]
     result = explicit_orders(orders, p)
     if channels is not None and positive_int("channels", channels) != len(result):
         raise ConfigError(f"option channels={channels} disagrees with the {len(result)} "

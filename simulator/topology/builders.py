@@ -258,7 +258,7 @@ def gpu_cluster(
     nics_per_node=1, nic_bandwidth="200 Gbps", nic_latency="0.35 us", nic_attach=None,
     network="ib", fabric="star", nics_per_leaf=8, spines=2, uplink_bandwidth=None,
     uplink_latency="0.5 us", ps_hosts=0, ps_bandwidth=None, ps_reduce_bandwidth=None,
-    p2p=True,
+    p2p=True, transport="rdma",
 ) -> nx.DiGraph:
     """Machines of GPUs joined by a network.
 
@@ -359,6 +359,11 @@ def gpu_cluster(
         Per direction of each PS host's link; ``None`` means ``nic_bandwidth``.
     ps_reduce_bandwidth : bandwidth or None
         PS hosts' reduction rate; ``None`` derives it from the ``cpu`` preset (memory bw / 3).
+    transport : {"rdma", "tcp"}
+        How the NICs move bytes between machines: ``"rdma"`` (InfiniBand, RoCE, AWS EFA:
+        kernel-bypass with GPUDirect RDMA; the default) or ``"tcp"`` (socket transports: NCCL's
+        socket transport, GCP's GPUDirect-TCPX/TCPXO). Recorded for the collective library
+        (:mod:`simulator.library`); the wires are the same.
     p2p : bool
         PCIe peer-to-peer between GPUs of a machine (default True). ``False`` (GeForce cards,
         which NVIDIA's drivers do not let write into each other's memory) stages every
@@ -405,6 +410,7 @@ def gpu_cluster(
                              cpu_device.reduce_bytes_per_s)
     if not isinstance(p2p, bool):
         raise ConfigError(f"p2p: expected true or false, got {p2p!r}")
+    transport = _choice(transport, "transport", TRANSPORTS)
     params = {
         "nodes": nodes, "gpus_per_node": gpus, "gpu": gpu, "reduce_bandwidth": gpu_reduce,
         "intra": intra, "nvlink_bandwidth": nvlink_bw, "nvlink_latency": nvlink_lat,
@@ -414,7 +420,7 @@ def gpu_cluster(
         "nic_attach": attach, "network": network, "fabric": fabric, "nics_per_leaf": per_leaf,
         "spines": spines, "uplink_bandwidth": up_bw, "uplink_latency": up_lat,
         "ps_hosts": ps_count, "ps_bandwidth": ps_bw, "ps_reduce_bandwidth": ps_reduce,
-        "p2p": p2p,
+        "p2p": p2p, "transport": transport,
     }
     graph = new_graph("gpu_cluster", "gpu_cluster", params, _source("gpu_cluster"))
     ports = []
@@ -472,6 +478,10 @@ def _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvli
             add_duplex(graph, f"{p}gpu{a}", f"{p}gpu{b}", nvlink_bw, nvlink_lat, "nvlink")
     for a, b, links in pairs:
         add_duplex(graph, f"{p}gpu{a}", f"{p}gpu{b}", links * nvlink_bw, nvlink_lat, "nvlink")
+
+
+#: Transports of ``gpu_cluster`` networks.
+TRANSPORTS = ("rdma", "tcp")
 
 
 BUILDERS = {"star": star, "fat_tree": fat_tree, "gpu_cluster": gpu_cluster}

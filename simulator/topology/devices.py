@@ -106,6 +106,25 @@ def _rows():
         "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 67 TFLOPS FP32, 1,979 TFLOPS FP16 tensor "
         "with sparsity (989.5 dense), 3.35 TB/s HBM3, 80 GB, up to 700 W.")
     yield Device(
+        "h200-sxm-141gb", "gpu", 67e12, 989.5e12, 4.8e12, 141 * _GiB, 700.0,
+        "NVIDIA H200 Tensor Core GPU datasheet (SXM): 67 TFLOPS FP32, 1,979 TFLOPS FP16/BF16 "
+        "tensor with sparsity (989.5 dense), 141 GB HBM3e at 4.8 TB/s, up to 700 W; NVLink "
+        "900 GB/s.")
+    yield Device(
+        "b200-sxm-180gb", "gpu", 75e12, 2.25e15, 7.7e12, 180 * _GiB, 1000.0,
+        "NVIDIA HGX B200 datasheet, per GPU (the 8-GPU board's figures / 8): FP32 600 / 8 = 75 "
+        "TFLOPS; FP16/BF16 tensor 36 PFLOPS with sparsity / 8 = 4.5, dense 2.25 PFLOPS; 1.44 TB "
+        "HBM3e / 8 = 180 GB at 62 TB/s / 8 = 7.7 TB/s; NVLink 5 1.8 TB/s per GPU; 1,000 W.")
+    yield Device(
+        "gh200-96gb", "gpu", 67e12, 989.5e12, 4.0e12, 96 * _GiB, 1000.0,
+        "NVIDIA GH200 Grace Hopper Superchip datasheet: the H100 GPU with 96 GB HBM3 at 4 TB/s "
+        "(67 TFLOPS FP32, 989.5 TFLOPS FP16 tensor dense), NVLink-C2C 900 GB/s to the Grace "
+        "CPU; module power configurable 450-1,000 W (the maximum here).")
+    yield Device(
+        "l40s-48gb", "gpu", 91.6e12, 362.05e12, 864e9, 48 * _GiB, 350.0,
+        "NVIDIA L40S datasheet: 91.6 TFLOPS FP32, 733 TFLOPS FP16 tensor with sparsity (362.05 "
+        "dense, FP32 accumulate), 48 GB GDDR6 at 864 GB/s, 350 W, PCIe Gen4 x16, no NVLink.")
+    yield Device(
         "rtx-2080ti", "gpu", 13.45e12, 53.8e12, 616e9, 11 * _GiB, 250.0,
         "NVIDIA Turing GPU Architecture whitepaper (2018), GeForce RTX 2080 Ti reference: 4352 "
         "cores at 1545 MHz boost = 13.4 TFLOPS FP32, 107.6 TFLOPS FP16 tensor with FP16 "
@@ -140,6 +159,20 @@ def _rows():
         "cores per socket at 2.0 GHz base, 2 TB memory; AVX-512 with two FMA units (64 FP32 "
         "FLOP/cycle/core) = 7.17 TFLOPS per socket (AMX BF16 not counted); 8 channels DDR5-4800 "
         "= 307.2 GB/s per socket; 350 W per socket.")
+
+
+    yield Device(
+        "cpu-grace-72c", "cpu", 3.456e12, 3.456e12, 512e9, 480 * _GiB, 250.0,
+        "NVIDIA Grace CPU as in the GH200 datasheet: 72 Arm Neoverse V2 cores, LPDDR5X up to "
+        "480 GB at up to 512 GB/s. FP32 peak is not quoted by NVIDIA: 72 cores x 32 FLOP/cycle "
+        "(Arm Neoverse V2: four 128-bit SVE2 FMA pipes) x 1.5 GHz, an assumed sustained clock. "
+        "Power: the CPU share of the superchip, an assumption.")
+    yield Device(
+        "cpu-xeon-8570-2s", "cpu", 15.05e12, 15.05e12, 716.8e9, 2048 * _GiB, 700.0,
+        "2x Intel Xeon Platinum 8570 (the NVIDIA DGX B200 CPUs; Intel ARK): 56 cores at 2.1 GHz "
+        "base, AVX-512 with two FMA units (64 FP32 FLOP/cycle/core) = 7.5 TFLOPS per socket; 8 "
+        "channels DDR5-5600 = 358.4 GB/s per socket; 350 W per socket; 2 TB as in the DGX B200 "
+        "datasheet.")
 
 
 DEVICES: dict[str, Device] = {device.name: device for device in _rows()}

@@ -294,6 +294,19 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
     "rtx-4090": DeviceEfficiency(
         **_V100, multiprocessors=128,
         source="Assumed: the V100 fit; 128 SMs (Ada whitepaper)."),
+    "h200-sxm-141gb": DeviceEfficiency(
+        **_V100, multiprocessors=132,
+        source="Assumed: the V100 fit; 132 SMs (the H100 SXM die, NVIDIA H200 datasheet)."),
+    "gh200-96gb": DeviceEfficiency(
+        **_V100, multiprocessors=132,
+        source="Assumed: the V100 fit; 132 SMs (the H100 GPU of the GH200 datasheet)."),
+    "b200-sxm-180gb": DeviceEfficiency(
+        **_V100, multiprocessors=148,
+        source="Assumed: the V100 fit; 148 SMs (NVIDIA Blackwell architecture technical brief, "
+               "B200)."),
+    "l40s-48gb": DeviceEfficiency(
+        **_V100, multiprocessors=142,
+        source="Assumed: the V100 fit; 142 SMs (NVIDIA Ada / L40S datasheet)."),
     # Host CPUs: oneDNN convolutions and GEMMs typically reach about half of the FMA peak, STREAM
     # about 70 % of the channels' bandwidth, and a framework op costs ~10 us. No GEMM
     # quantization, no Winograd.
@@ -301,7 +314,8 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
         compute_efficiency=0.50, tensor_efficiency=0.50, memory_efficiency=0.70,
         kernel_overhead_s=10e-6, multiprocessors=None, tensor_cores=False,
         source="Assumed: typical oneDNN fractions on server CPUs.")
-       for name in ("cpu-host", "cpu-epyc-7742-2s", "cpu-xeon-8480c-2s")},
+       for name in ("cpu-host", "cpu-epyc-7742-2s", "cpu-xeon-8480c-2s", "cpu-grace-72c",
+                    "cpu-xeon-8570-2s")},
 }
 
 
