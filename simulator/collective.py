@@ -117,6 +117,17 @@ def default_options(graph: nx.DiGraph, algorithm: str, gpus: int, options: dict)
     return opts
 
 
+def sharp_switch(graph: nx.DiGraph) -> str:
+    """The switch that reduces in-network (``collnet``): the first spine of a leaf-spine fabric,
+    else the (first) switch of the fabric."""
+    switches = sorted(n for n, kind in graph.nodes(data="kind") if kind == "switch")
+    spines = [n for n in switches if n.startswith("spine")]
+    if not switches:
+        raise ConfigError(f"collnet needs a fabric switch to reduce in; topology "
+                          f"{graph.graph.get('name', '')!r} has none")
+    return (spines or switches)[0]
+
+
 def free_hosts(graph: nx.DiGraph, gpus: int | None) -> int:
     """Hosts available for dedicated parameter servers beside ``gpus`` workers."""
     eps = endpoints(graph)
@@ -199,6 +210,8 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
         schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
     if plan.helper_nodes:
         nodes = placement(graph, n) + list(plan.helper_nodes)
+    elif algorithm == "collnet":
+        nodes = placement(graph, n) + [sharp_switch(graph)]
     else:
         nodes = placement(graph, n, servers, dedicated)
     label = requested if requested != "auto" else f"auto:{plan.label}"

@@ -397,3 +397,41 @@ def test_h100_tuner_switches_to_nvls_at_2mib():
     lib = get_library("nccl")
     assert [lib.plan(H100, "allreduce", "auto", 1 << k, 8).label for k in (3, 20, 21, 30)] == \
         ["ring", "ring", "nvls", "nvls"]
+
+
+@pytest.mark.parametrize("p, local", [(1, None), (4, None), (8, 4), (16, 8), (6, 3)])
+def test_collnet_schedule_computes_the_sum(p, local):
+    opts = {} if local is None else {"local_ranks": local}
+    schedule = make_schedule("collnet", "allreduce", p, 999 + p, **opts)
+    assert verify(schedule) == []
+    assert schedule.helper_ranks == 1
+
+
+def test_collnet_nic_bytes_do_not_grow_with_machines():
+    """Each GPU's NIC carries n / L each way however many machines: in-network reduction."""
+    size = 64 << 20
+    for nodes in (2, 4):
+        graph = load_topology("dgx-a100", {"nodes": str(nodes), "sharp": "true"})
+        sched = make_schedule("collnet", "allreduce", 8 * nodes, size, local_ranks=8)
+        to_switch = sched.transfer_bytes[sched.dst == sched.ranks]
+        assert (to_switch == size // 8).all() and len(to_switch) == 8 * nodes
+
+
+def test_collnet_in_the_tuner_needs_a_sharp_fabric():
+    lib = get_library("nccl")
+    plain = load_topology("dgx-a100", {"nodes": "4"})
+    sharp = load_topology("dgx-a100", {"nodes": "4", "sharp": "true"})
+    assert all(c.algorithm != "collnet_direct" for c in lib.candidates(plain, "allreduce",
+                                                                       1 << 26, 32))
+    assert lib.plan(sharp, "allreduce", "auto", 1 << 26, 32).label == "collnet_direct"
+    with pytest.raises(ConfigError, match="SHARP fabric"):
+        lib.plan(plain, "allreduce", "collnet", 1 << 26, 32)
+    fast = run_collective(sharp, "allreduce", "collnet", 1 << 26, gpus=32, library="nccl",
+                          engine="auto")
+    event = run_collective(sharp, "allreduce", "collnet", 1 << 26, gpus=32, library="nccl",
+                           engine="event")
+    assert fast.row["time_s"] == pytest.approx(event.row["time_s"], rel=1e-9)
+    # 2 us per intra step of 4 machines' ring vs one trip to the switch: collnet wins
+    ring = run_collective(sharp, "allreduce", "ring", 1 << 26, gpus=32, library="nccl",
+                          engine="auto")
+    assert fast.row["time_s"] < ring.row["time_s"]

@@ -69,6 +69,10 @@ class MachineFacts:
     gpu_nic_path : str
         ``pxb`` when each NIC shares a PCIe switch with GPUs, ``phb`` when traffic between GPU
         and NIC crosses the host bridge (NCCL disables LL128 beyond PXB).
+    nics : int
+        NICs of a machine.
+    sharp : bool
+        The fabric reduces in-network (the topology's ``sharp`` parameter).
     """
 
     ranks: int
@@ -81,6 +85,8 @@ class MachineFacts:
     nvswitch: bool
     transport: str
     gpu_nic_path: str
+    nics: int = 0
+    sharp: bool = False
 
 
 def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
@@ -106,7 +112,9 @@ def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
         cpu_vendor="amd" if "epyc" in str(cpu).lower() or "amd" in str(cpu).lower() else "intel",
         intra_hw=intra, nvswitch="nvswitch" in kinds, transport=str(params.get("transport",
                                                                                 "rdma")),
-        gpu_nic_path=path)
+        gpu_nic_path=path, nics=sum(1 for n in machine_nodes
+                                    if graph.nodes[n].get("kind") == "nic"),
+        sharp=bool(params.get("sharp", False)))
 
 
 def node_index_slot(nodes: int) -> int:

@@ -59,9 +59,10 @@ from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVer
 
 #: User-facing algorithm names and the NCCL algorithm each is.
 NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree",
-                  "two_tree": "tree", "nvls": "nvls"}
+                  "two_tree": "tree", "nvls": "nvls", "collnet": "collnet_direct"}
 #: The registered schedule the engine runs for each NCCL algorithm.
-SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "ps"}
+SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "ps",
+            "collnet_direct": "collnet"}
 
 #: NCCL threads per block by protocol (``NCCL_LL_MAX_NTHREADS`` 512, ``NCCL_LL128_MAX_NTHREADS``
 #: 640, ``NCCL_SIMPLE_MAX_NTHREADS`` 512; ``src/include/device.h``) and bytes per thread below
@@ -84,6 +85,9 @@ TREE_SEGMENT_BYTES = 4096
 #: NVLS moves data in chunks of ``NCCL_NVLS_CHUNKSIZE``, default 128 KiB
 #: (``src/transport/nvls.cc``, 2.30.7); the engine pipelines at most MAX_TREE_SEGMENTS of them.
 NVLS_CHUNK_BYTES = 128 * 1024
+#: CollNet Direct's chunks: NCCL halves them while a message has fewer than a few per channel
+#: and head, down to 128 KiB (``src/enqueue.cc``, 2.30.7); the engine pipelines at that size.
+COLLNET_CHUNK_BYTES = 128 * 1024
 
 #: Fraction of a NIC's port speed the transport achieves. RDMA (InfiniBand, RoCE, EFA): NCCL
 #: models the port speed itself (``net.bw = mbps / 8000``, ``src/graph/topo.cc``), so 1.0.
@@ -216,15 +220,18 @@ class NcclLibrary:
                   n - 1 if collective in ("reduce_scatter", "allgather") else n)
         ppn = facts.ranks_per_node
         out = []
-        for algo in ("tree", "ring", "nvls"):
+        for algo in ("tree", "ring", "nvls", "collnet_direct"):
             if algo == "tree" and collective != "allreduce":
+                continue
+            if algo == "collnet_direct" and not (collective == "allreduce" and facts.sharp
+                                                 and nodes > 1 and v.number >= (2, 12)):
                 continue
             if algo == "nvls" and not (collective == "allreduce" and v.nvls and facts.nvswitch
                                        and nodes == 1 and gen in v.nvls_efficiency
                                        and v.nvls_efficiency[gen] > 0):
                 continue
             for p_index, proto in enumerate(PROTOCOLS):
-                if algo == "nvls" and proto != "Simple":
+                if algo in ("nvls", "collnet_direct") and proto != "Simple":
                     continue
                 if proto == "LL128" and not self._ll128_enabled(facts):
                     continue
@@ -250,6 +257,11 @@ class NcclLibrary:
                 if algo == "nvls":
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
+                if algo == "collnet_direct":
+                    # CollNet Direct needs a NIC per GPU for full speed (GPU/NIC ratio)
+                    factor = ppn / max(1, facts.nics)
+                    factor -= (factor - 1) / 2
+                    bus = intra_bw / factor * (0.85 if facts.compute_capability >= 90 else 1.0)
                 ratio = 0.5 if algo == "tree" else n / nsteps
                 algbw = bus * ratio
                 lat, intra_lat, inter_lat = self._latency(algo, proto, p_index, collective,
@@ -310,6 +322,10 @@ class NcclLibrary:
             lat = intra
             if nodes > 1:
                 lat += inter
+        elif algo == "collnet_direct":
+            # arity serialisation: 0.5 us per local rank (2.12), 0.4 us (2.18 and later)
+            arity = 0.5 if v.number < (2, 18) else 0.4
+            lat += 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity) + inter
         return lat, intra, inter
 
     # -- the plan ---------------------------------------------------------------------------
@@ -358,6 +374,9 @@ class NcclLibrary:
             reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
         if wanted == "tree" and collective != "allreduce":
             reasons.append("NCCL's tree runs all-reduce only")
+        if wanted == "collnet_direct":
+            reasons.append("CollNet needs several machines on a SHARP fabric (topology "
+                           "parameter sharp: true) and NCCL >= 2.12")
         if protocol == "LL128":
             reasons.append("LL128 is enabled on NVLink machines of "
                            f"{', '.join(self.version.ll128_generations)} GPUs only "
@@ -417,6 +436,17 @@ class NcclLibrary:
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS,
                                                -(-per_tree // TREE_SEGMENT_BYTES))))
+        elif c.algorithm == "collnet_direct":
+            # In-network reduction: the collnet schedule (intra-machine reduce-scatter, the
+            # fabric switch sums every block, intra-machine all-gather) pipelined in NCCL's
+            # CollNet chunks; NCCL's latency once.
+            intra_lat = inter_lat = 0.0
+            fixed = c.latency_us * 1e-6
+            local = max(1, int(facts.ranks_per_node))
+            options.update(local_ranks=local)
+            slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // (
+                local * COLLNET_CHUNK_BYTES))))
+            scale = (0.85 if facts.compute_capability >= 90 else 1.0) * self.scale["bandwidth"]
         else:  # nvls: the NVSwitch is the server; latency as NCCL's model, once
             intra_lat = inter_lat = 0.0
             switch = next(n for n, a in graph.nodes(data=True) if a.get("kind") == "nvswitch"

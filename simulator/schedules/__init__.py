@@ -13,6 +13,7 @@ from typing import Callable
 
 from ..errors import ConfigError, ScheduleError, unknown_name
 from .base import COLLECTIVES, Schedule, ScheduleBuilder, split_bytes
+from .collnet import collnet
 from .direct import direct
 from .double_tree import double_binary_tree
 from .halving_doubling import halving_doubling
@@ -63,6 +64,9 @@ register("direct", direct, ("allreduce", "reduce_scatter", "allgather", "alltoal
          "pairwise: every rank sends each peer its block at once; 2 steps")
 register("hierarchical", hierarchical, ("allreduce",),
          "2D: intra-node reduce-scatter, inter-node all-reduce per block, intra-node all-gather")
+register("collnet", collnet, ("allreduce",),
+         "in-network (SHARP) all-reduce, NCCL CollNet Direct: intra-machine reduce-scatter, "
+         "the fabric switch sums every block, intra-machine all-gather")
 register("ps", ps, ("allreduce",),
          "parameter server: push shards to servers, pull aggregates (dedicated or colocated)")
 

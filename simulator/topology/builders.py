@@ -258,7 +258,7 @@ def gpu_cluster(
     nics_per_node=1, nic_bandwidth="200 Gbps", nic_latency="0.35 us", nic_attach=None,
     network="ib", fabric="star", nics_per_leaf=8, spines=2, uplink_bandwidth=None,
     uplink_latency="0.5 us", ps_hosts=0, ps_bandwidth=None, ps_reduce_bandwidth=None,
-    p2p=True, transport="rdma",
+    p2p=True, transport="rdma", sharp=False,
 ) -> nx.DiGraph:
     """Machines of GPUs joined by a network.
 
@@ -364,6 +364,10 @@ def gpu_cluster(
         kernel-bypass with GPUDirect RDMA; the default) or ``"tcp"`` (socket transports: NCCL's
         socket transport, GCP's GPUDirect-TCPX/TCPXO). Recorded for the collective library
         (:mod:`simulator.library`); the wires are the same.
+    sharp : bool
+        The fabric's switches reduce in-network (InfiniBand SHARP; default False). Enables the
+        ``collnet`` algorithm in the ``nccl`` library's tuner, as ``NCCL_COLLNET_ENABLE=1``
+        with the SHARP plugin does.
     p2p : bool
         PCIe peer-to-peer between GPUs of a machine (default True). ``False`` (GeForce cards,
         which NVIDIA's drivers do not let write into each other's memory) stages every
@@ -411,6 +415,8 @@ def gpu_cluster(
     if not isinstance(p2p, bool):
         raise ConfigError(f"p2p: expected true or false, got {p2p!r}")
     transport = _choice(transport, "transport", TRANSPORTS)
+    if not isinstance(sharp, bool):
+        raise ConfigError(f"sharp: expected true or false, got {sharp!r}")
     params = {
         "nodes": nodes, "gpus_per_node": gpus, "gpu": gpu, "reduce_bandwidth": gpu_reduce,
         "intra": intra, "nvlink_bandwidth": nvlink_bw, "nvlink_latency": nvlink_lat,
@@ -420,7 +426,7 @@ def gpu_cluster(
         "nic_attach": attach, "network": network, "fabric": fabric, "nics_per_leaf": per_leaf,
         "spines": spines, "uplink_bandwidth": up_bw, "uplink_latency": up_lat,
         "ps_hosts": ps_count, "ps_bandwidth": ps_bw, "ps_reduce_bandwidth": ps_reduce,
-        "p2p": p2p, "transport": transport,
+        "p2p": p2p, "transport": transport, "sharp": sharp,
     }
     graph = new_graph("gpu_cluster", "gpu_cluster", params, _source("gpu_cluster"))
     ports = []
