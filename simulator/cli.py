@@ -185,6 +185,14 @@ def cmd_collective(args) -> int:
             "version": lib_args["version"], "launch": lib_args["launch"]}))
     ps_opts = _ps_options(args)
     extra = _algo_options(args.option, algorithms)
+    if args.algorithm == "all":
+        from .collective import missing_hardware
+
+        skipped = [f"{a} ({missing_hardware(graph, a)})" for a in algorithms
+                   if missing_hardware(graph, a)]
+        algorithms = [a for a in algorithms if not missing_hardware(graph, a)]
+        if skipped:
+            print(f"all: skipped {', '.join(skipped)}", file=sys.stderr)
     if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":
         from .collective import free_hosts
 

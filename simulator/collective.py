@@ -128,6 +128,30 @@ def sharp_switch(graph: nx.DiGraph) -> str:
     return (spines or switches)[0]
 
 
+def nvswitches(graph: nx.DiGraph, gpus: int) -> list[str]:
+    """The NVSwitch of every machine the first ``gpus`` endpoints span, in machine order
+    (the helper ranks of ``nvls_tree``)."""
+    eps = endpoints(graph)[:gpus]
+    machines = list(dict.fromkeys(graph.nodes[e].get("node_index", 0) for e in eps))
+    found = {a.get("node_index"): n for n, a in graph.nodes(data=True)
+             if a.get("kind") == "nvswitch"}
+    missing = [m for m in machines if m not in found]
+    if missing:
+        raise ConfigError(f"nvls_tree reduces in NVSwitches; machine {missing[0]} of topology "
+                          f"{graph.graph.get('name', '')!r} has none")
+    return [found[m] for m in machines]
+
+
+def missing_hardware(graph: nx.DiGraph, algorithm: str) -> str:
+    """Why ``algorithm`` cannot run on ``graph`` for want of hardware, or ``""``."""
+    kinds = {kind for _n, kind in graph.nodes(data="kind")}
+    if algorithm == "nvls_tree" and "nvswitch" not in kinds:
+        return "no NVSwitch"
+    if algorithm == "collnet" and "switch" not in kinds:
+        return "no fabric switch"
+    return ""
+
+
 def free_hosts(graph: nx.DiGraph, gpus: int | None) -> int:
     """Hosts available for dedicated parameter servers beside ``gpus`` workers."""
     eps = endpoints(graph)
@@ -212,6 +236,8 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
         nodes = placement(graph, n) + list(plan.helper_nodes)
     elif algorithm == "collnet":
         nodes = placement(graph, n) + [sharp_switch(graph)]
+    elif algorithm == "nvls_tree":
+        nodes = placement(graph, n) + nvswitches(graph, n)
     else:
         nodes = placement(graph, n, servers, dedicated)
     label = requested if requested != "auto" else f"auto:{plan.label}"

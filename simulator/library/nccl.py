@@ -59,10 +59,11 @@ from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVer
 
 #: User-facing algorithm names and the NCCL algorithm each is.
 NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree",
-                  "two_tree": "tree", "nvls": "nvls", "collnet": "collnet_direct"}
+                  "two_tree": "tree", "nvls": "nvls", "nvls_tree": "nvls_tree",
+                  "collnet": "collnet_direct"}
 #: The registered schedule the engine runs for each NCCL algorithm.
-SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "ps",
-            "collnet_direct": "collnet"}
+SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls_tree",
+            "nvls_tree": "nvls_tree", "collnet_direct": "collnet"}
 
 #: NCCL threads per block by protocol (``NCCL_LL_MAX_NTHREADS`` 512, ``NCCL_LL128_MAX_NTHREADS``
 #: 640, ``NCCL_SIMPLE_MAX_NTHREADS`` 512; ``src/include/device.h``) and bytes per thread below
@@ -220,18 +221,18 @@ class NcclLibrary:
                   n - 1 if collective in ("reduce_scatter", "allgather") else n)
         ppn = facts.ranks_per_node
         out = []
-        for algo in ("tree", "ring", "nvls", "collnet_direct"):
+        for algo in ("tree", "ring", "nvls", "nvls_tree", "collnet_direct"):
             if algo == "tree" and collective != "allreduce":
                 continue
             if algo == "collnet_direct" and not (collective == "allreduce" and facts.sharp
                                                  and nodes > 1 and v.number >= (2, 12)):
                 continue
-            if algo == "nvls" and not (collective == "allreduce" and v.nvls and facts.nvswitch
-                                       and nodes == 1 and gen in v.nvls_efficiency
-                                       and v.nvls_efficiency[gen] > 0):
+            if algo in ("nvls", "nvls_tree") and not (
+                    collective == "allreduce" and v.nvls and facts.nvswitch
+                    and (nodes == 1) == (algo == "nvls") and v.nvls_efficiency.get(gen, 0) > 0):
                 continue
             for p_index, proto in enumerate(PROTOCOLS):
-                if algo in ("nvls", "collnet_direct") and proto != "Simple":
+                if algo in ("nvls", "nvls_tree", "collnet_direct") and proto != "Simple":
                     continue
                 if proto == "LL128" and not self._ll128_enabled(facts):
                     continue
@@ -254,15 +255,24 @@ class NcclLibrary:
                     if proto == "LL128":
                         cap = v.per_channel_tree_ll128.get(gen, (math.inf,) * 3)[slot] * channels
                         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), cap)
-                if algo == "nvls":
+                if algo in ("nvls", "nvls_tree") and v.number >= (2, 30):
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
+                    if algo == "nvls_tree":
+                        tree_cap = v.per_channel_nvls_tree.get(gen, (math.inf,) * 3)[slot]
+                        bus = min(bus, inter_bw * (2 if nodes <= 2 else 1), tree_cap * channels)
+                elif algo == "nvls":                # 2.18-2.21: min(intra, inter), x 5/6 below
+                    bus = intra_bw
+                elif algo == "nvls_tree":
+                    bus = min(intra_bw, inter_bw if nodes <= 2 else inter_bw / 2)
                 if algo == "collnet_direct":
                     # CollNet Direct needs a NIC per GPU for full speed (GPU/NIC ratio)
                     factor = ppn / max(1, facts.nics)
                     factor -= (factor - 1) / 2
                     bus = intra_bw / factor * (0.85 if facts.compute_capability >= 90 else 1.0)
-                ratio = 0.5 if algo == "tree" else n / nsteps
+                ratio = 0.5 if algo in ("tree", "collnet_direct") else n / nsteps
+                if algo in ("nvls", "nvls_tree") and v.number < (2, 30):
+                    ratio = 5.0 / 6.0
                 algbw = bus * ratio
                 lat, intra_lat, inter_lat = self._latency(algo, proto, p_index, collective,
                                                           nsteps, facts)
@@ -322,6 +332,8 @@ class NcclLibrary:
             lat = intra
             if nodes > 1:
                 lat += inter
+        elif algo == "nvls_tree":
+            lat += intra + 2 * log2i(nodes) * inter
         elif algo == "collnet_direct":
             # arity serialisation: 0.5 us per local rank (2.12), 0.4 us (2.18 and later)
             arity = 0.5 if v.number < (2, 18) else 0.4
@@ -372,6 +384,9 @@ class NcclLibrary:
         reasons = []
         if wanted == "nvls":
             reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
+        if wanted == "nvls_tree":
+            reasons.append("NVLS tree needs several NVSwitch machines of Hopper or later and "
+                           "NCCL >= 2.18")
         if wanted == "tree" and collective != "allreduce":
             reasons.append("NCCL's tree runs all-reduce only")
         if wanted == "collnet_direct":
@@ -405,6 +420,7 @@ class NcclLibrary:
         options: dict = {}
         helpers: tuple = ()
         slices = None
+        nvlink_scale = 1.0
         if c.algorithm == "ring":
             # NCCL's additive model, run by the engine: bulk-synchronous steps (each costs its
             # slowest transfer) with the intra-node step latency on every GPU's links; the
@@ -447,17 +463,21 @@ class NcclLibrary:
             slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // (
                 local * COLLNET_CHUNK_BYTES))))
             scale = (0.85 if facts.compute_capability >= 90 else 1.0) * self.scale["bandwidth"]
-        else:  # nvls: the NVSwitch is the server; latency as NCCL's model, once
+        else:
+            # NVLS / NVLS tree: every machine's NVSwitch sums and multicasts (the nvls_tree
+            # schedule, its switches as helper ranks), machines joined over their NICs; the
+            # NVLink rates x NCCL's NVLS efficiency, pipelined in NVLS chunks, NCCL's latency
+            # once.
             intra_lat = inter_lat = 0.0
-            switch = next(n for n, a in graph.nodes(data=True) if a.get("kind") == "nvswitch"
-                          and a.get("node_index") == graph.nodes[endpoints(graph)[0]].get(
-                              "node_index", 0))
-            helpers = (switch,)
-            options.update(servers=1, placement="dedicated", phased=False)
-            slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // NVLS_CHUNK_BYTES)))
-            scale = v.nvls_efficiency[facts.generation] * (c.channels - 1) / c.channels \
-                * self.scale["bandwidth"]
-        new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat)
+            fixed = c.latency_us * 1e-6
+            local = max(1, int(facts.ranks_per_node))
+            options.update(local_ranks=local, loops=max(1, min(
+                MAX_TREE_SEGMENTS, -(-int(size_bytes) // (local * NVLS_CHUNK_BYTES)))))
+            # NCCL's NVLS efficiency on the NVLink rate (its tuner's further (C-1)/C and x2 are
+            # its way of counting the traffic that the schedule here moves explicitly)
+            nvlink_scale = v.nvls_efficiency[facts.generation]
+            scale = self.scale["bandwidth"]
+        new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale)
         return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
                     protocol=c.protocol, channels=used, graph=new_graph, options=options,
                     helper_nodes=helpers, fixed_time_s=fixed, host_time_s=host,
@@ -468,9 +488,11 @@ class NcclLibrary:
                            "intra_step_us": intra_lat, "inter_step_us": inter_lat})
 
     def _cost_graph(self, graph: nx.DiGraph, facts: MachineFacts, scale: float,
-                    intra_us: float, inter_us: float) -> nx.DiGraph:
-        """A copy of ``graph`` with the plan's link rates and per-step latencies."""
-        key = (id(graph), facts, round(scale, 12), round(intra_us, 9), round(inter_us, 9))
+                    intra_us: float, inter_us: float, nvlink_scale: float = 1.0) -> nx.DiGraph:
+        """A copy of ``graph`` with the plan's link rates (``scale`` on every link,
+        ``nvlink_scale`` on NVLink ones besides) and per-step latencies."""
+        key = (id(graph), facts, round(scale, 12), round(intra_us, 9), round(inter_us, 9),
+               round(nvlink_scale, 12))
         cached = self._graphs.get(key)
         if cached is not None and cached[0] is graph:
             return cached[1]
@@ -478,8 +500,9 @@ class NcclLibrary:
         kinds = nx.get_node_attributes(graph, "kind")
         for a, b, attrs in out.edges(data=True):
             kind = attrs.get("kind")
-            attrs["bandwidth_bytes_per_s"] = (graph.edges[a, b]["bandwidth_bytes_per_s"]
-                                              * link_efficiency(kind, facts) * scale)
+            attrs["bandwidth_bytes_per_s"] = (
+                graph.edges[a, b]["bandwidth_bytes_per_s"] * link_efficiency(kind, facts) * scale
+                * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0))
             if kinds.get(a) == "gpu":
                 attrs["latency_s"] = intra_us * 1e-6
             elif kinds.get(a) == "nic" and kind in ("ib", "ethernet"):

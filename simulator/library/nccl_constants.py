@@ -43,7 +43,8 @@ class NcclVersion:
     ll_max_busbw : dict
         ``llMaxBws[row] -> (N1, N2, N4)``; row is the GPU generation on one node, ``"intel"``
         or ``"amd"`` (by CPU vendor) across nodes.
-    per_channel_ring_ll128 / per_channel_tree / per_channel_tree_ll128 : dict
+    per_channel_ring_ll128 / per_channel_tree / per_channel_tree_ll128 / per_channel_nvls_tree
+        : dict
         Per-channel bus-bandwidth caps by generation -> (N1, N2, N4); empty where the version
         has none.
     ring_ll_factor : float
@@ -78,6 +79,7 @@ class NcclVersion:
     per_channel_ring_ll128: dict = field(default_factory=dict)
     per_channel_tree: dict = field(default_factory=dict)
     per_channel_tree_ll128: dict = field(default_factory=dict)
+    per_channel_nvls_tree: dict = field(default_factory=dict)
     ring_ll_factor: float = 0.5
     ring_ll128_factor: float = 0.92
     tree_factor: float = 0.92
@@ -111,6 +113,7 @@ _PER_CH_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
                 "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0)}
 _PER_CH_RING_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3, "hopper": (36.7,) * 3,
                       "blackwell": (40.0,) * 3}
+_PER_CH_NVLS_TREE = {"hopper": (0.0, 57.7, 45.5), "blackwell": (0.0, 96.0, 80.0)}
 _PER_CH_TREE_LL128 = {"volta": (20.0,) * 3, "ampere": (20.0,) * 3,
                       "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0)}
 
@@ -202,6 +205,7 @@ _add(NcclVersion(
                   "intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)},
     per_channel_ring_ll128=_PER_CH_RING_LL128, per_channel_tree=_PER_CH_TREE,
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
+    per_channel_nvls_tree=_PER_CH_NVLS_TREE,
     nvls_efficiency={"hopper": 0.85, "blackwell": 0.74}, tree_correction=_TREE_CORRECTION,
 ))
 

@@ -18,6 +18,7 @@ from .direct import direct
 from .double_tree import double_binary_tree
 from .halving_doubling import halving_doubling
 from .hierarchical import hierarchical
+from .nvls_tree import nvls_tree
 from .ps import ps
 from .ring import ring
 from .transform import slice_schedule
@@ -67,6 +68,9 @@ register("hierarchical", hierarchical, ("allreduce",),
 register("collnet", collnet, ("allreduce",),
          "in-network (SHARP) all-reduce, NCCL CollNet Direct: intra-machine reduce-scatter, "
          "the fabric switch sums every block, intra-machine all-gather")
+register("nvls_tree", nvls_tree, ("allreduce",),
+         "NVLink SHARP: each machine's NVSwitch sums and multicasts, machines join over their "
+         "NICs (NCCL NVLS/NVLSTree; Hopper and later)")
 register("ps", ps, ("allreduce",),
          "parameter server: push shards to servers, pull aggregates (dedicated or colocated)")
 
