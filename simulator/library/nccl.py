@@ -92,7 +92,9 @@ COLLNET_CHUNK_BYTES = 128 * 1024
 
 #: Fraction of a NIC's port speed the transport achieves. RDMA (InfiniBand, RoCE, EFA): NCCL
 #: models the port speed itself (``net.bw = mbps / 8000``, ``src/graph/topo.cc``), so 1.0.
-#: TCP sockets (NCCL's socket transport, GPUDirect-TCPX): see ``docs/nccl_sources.md``.
+#: TCP sockets (NCCL's socket transport, GPUDirect-TCPX/TCPXO): NCCL's tuner models them at
+#: port speed too, and no public source here states a lower achievable fraction, so 1.0 until
+#: one does (``calibrate`` fits ``scale.bandwidth`` for a user's own cluster).
 TRANSPORT_EFFICIENCY = {"rdma": 1.0, "tcp": 1.0}
 
 
