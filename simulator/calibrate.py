@@ -55,6 +55,7 @@ import pandas as pd
 import yaml
 
 from . import __version__
+from .config import read_text_file
 from .compare import SIZE_BANDS, compare, size_band, summarise
 from .errors import ConfigError, unknown_name
 from .measure.schema import COLLECTIVE_COLUMNS, check_frame
@@ -134,7 +135,7 @@ def _preset(topology: str) -> tuple[dict, str, str, tuple]:
             encoding="utf-8")
         origin = f"topologies/{topology}.yaml"
     elif Path(topology).is_file():
-        text, origin = Path(topology).read_text(encoding="utf-8"), topology
+        text, origin = read_text_file(topology), topology
     else:
         from .topology import list_topologies
 

@@ -502,6 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
                      description="Flow-level simulator of gradient aggregation in distributed "
                                  "training: ring, trees, double binary tree, parameter servers.")
     parser.add_argument("--version", action="version", version=f"clustersim {__version__}")
+    parser.add_argument("--max-memory", default=None, metavar="SIZE",
+                        help="refuse requests estimated to need more memory than SIZE "
+                             "(e.g. 8GiB; default half of this machine's RAM)")
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="stop any simulation after this much wall time, with a report")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -615,8 +618,11 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from .engine.runner import wall_budget
+    from .guard import set_memory_limit
 
     try:
+        set_memory_limit(None if args.max_memory is None
+                         else parse_size(args.max_memory, what="--max-memory"))
         with wall_budget(args.time_budget):
             return args.func(args)
     except ClusterSimError as exc:

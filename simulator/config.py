@@ -37,6 +37,37 @@ class Where:
         return ConfigError(f"{self(*path)}: {message}")
 
 
+#: Deepest nesting of mappings and sequences a YAML input may have, and the most nodes its
+#: aliases may expand to (a "billion laughs" document names a few aliases that expand to
+#: billions of nodes): far beyond any real scenario or preset, far below a crash.
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 200_000
+
+
+def read_text_file(path, origin: str | None = None) -> str:
+    """A user's text file as a string: strict UTF-8 (an optional BOM dropped), or a
+    ConfigError naming the file, the line and column of the first bad byte, and the fix."""
+    from pathlib import Path
+
+    origin = origin or str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{origin}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{origin}: is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"{origin}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        before = data[:exc.start]
+        line = before.count(b"\n") + 1
+        column = exc.start - (before.rfind(b"\n") + 1) + 1
+        raise ConfigError(f"{origin}:{line}: not UTF-8 text: byte 0x{data[exc.start]:02X} at "
+                          f"column {column} (offset {exc.start}); save the file as UTF-8")
+    
+
 def read_yaml(text: str, origin: str) -> tuple[object, Where]:
     """Parse YAML ``text``; return the data and a :class:`Where` covering every mapping key.
 
@@ -44,7 +75,11 @@ def read_yaml(text: str, origin: str) -> tuple[object, Where]:
     """
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_shape(root, origin)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{origin}: YAML nested too deeply (more than {MAX_YAML_DEPTH} levels "
+                          f"of mappings and lists)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -70,6 +105,29 @@ def read_yaml(text: str, origin: str) -> tuple[object, Where]:
     if root is not None:
         walk(root, ())
     return data, Where(origin, lines)
+
+
+def _check_shape(root, origin: str) -> None:
+    """Reject documents nested deeper than MAX_YAML_DEPTH or whose aliases expand past
+    MAX_YAML_NODES nodes (counted as the walk below would visit them), without recursion."""
+    if root is None:
+        return
+    stack = [(root, 1)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if depth > MAX_YAML_DEPTH:
+            line = node.start_mark.line + 1
+            raise ConfigError(f"{origin}:{line}: YAML nested too deeply (more than "
+                              f"{MAX_YAML_DEPTH} levels of mappings and lists)")
+        if seen > MAX_YAML_NODES:
+            raise ConfigError(f"{origin}: YAML too large: more than {MAX_YAML_NODES:,} nodes once "
+                              f"its aliases are expanded")
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((v, depth + 1) for pair in node.value for v in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, depth + 1) for v in node.value)
 
 
 def check_keys(data, where: Where, path: tuple, valid, required=()) -> dict:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import Where, as_list, check_keys, read_yaml
+from .config import Where, as_list, check_keys, read_text_file, read_yaml
 from .errors import ClusterSimError, ConfigError
 from .schedules import COLLECTIVES, get_algorithm
 from .units import parse_size
@@ -648,7 +648,7 @@ def load_scenario(path: str) -> Scenario:
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"scenario file {path!r} not found")
-    return read_scenario(file.read_text(encoding="utf-8"), str(file), file.parent)
+    return read_scenario(read_text_file(file), str(file), file.parent)
 
 
 def scenario_points(scenario: Scenario) -> list[tuple]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .config import read_text_file
 from .errors import ConfigError
 from .report.output import write_csv
 from .scenario import (Scenario, load_scenario, point_key, read_scenario, result_columns,
@@ -70,7 +71,7 @@ def run_sweep(path: str, out: str, *, workers: int | None = None, scheduler: str
               progress: bool = True) -> pd.DataFrame:
     """Run the scenario at ``path`` into the CSV ``out``; return the full results table."""
     scenario = load_scenario(path)
-    text = Path(path).read_text(encoding="utf-8")
+    text = read_text_file(path)
     out_path = Path(out)
     points = scenario_points(scenario)
     order = {p: i for i, p in enumerate(points)}

@@ -157,11 +157,18 @@ def _to_float(exact: Fraction, kind: str, value, what: str | None) -> float:
         raise _error(kind, value, "too large", what) from None
 
 
+#: Largest size accepted: 2^62 bytes (4 EiB), what 64-bit byte counts hold with room to add.
+MAX_SIZE_BYTES = 2**62
+
+
 def parse_size(value, *, what: str | None = None) -> int:
-    """Size in bytes from ``512``, ``"64 MiB"``, ``"1.5GB"``, ``"100 Mb"`` (bits) ...; exact int."""
+    """Size in bytes from ``512``, ``"64 MiB"``, ``"1.5GB"``, ``"100 Mb"`` (bits) ...; exact int
+    from 0 to :data:`MAX_SIZE_BYTES`."""
     exact = _parse(value, "size", what)
     if exact.denominator != 1:
         raise _error("size", value, "not a whole number of bytes", what)
+    if exact > MAX_SIZE_BYTES:
+        raise _error("size", value, "too large: sizes go from 0 to 4 EiB (2^62 bytes)", what)
     return int(exact)
 
 

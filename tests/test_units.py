@@ -213,11 +213,17 @@ def test_table_is_consistent_with_parsers():
         assert unit.spelling in describe_units(unit.kind)
 
 
-@given(st.integers(min_value=0, max_value=2**70))
+@given(st.integers(min_value=0, max_value=2**62))
 def test_bare_bytes_property(n):
     assert parse_size(f"{n} B") == n
     assert parse_size(n) == n
     assert parse_size(str(n)) == n
+
+
+@given(st.integers(min_value=2**62 + 1, max_value=2**70))
+def test_sizes_beyond_4_eib_are_refused(n):
+    with pytest.raises(UnitError, match="too large: sizes go from 0 to 4 EiB"):
+        parse_size(n)
 
 
 @given(st.integers(min_value=0, max_value=1023), st.sampled_from(["KiB", "MiB", "GiB", "TiB"]))

@@ -11,6 +11,7 @@ import pandas as pd
 import yaml
 
 from .. import __version__
+from ..errors import ConfigError
 
 
 def _umask() -> int:
@@ -19,15 +20,38 @@ def _umask() -> int:
     return mask
 
 
+def output_error(path, exc: OSError) -> ConfigError:
+    """One line for an output location the user named that cannot be written."""
+    import errno
+
+    reasons = {errno.ENOTDIR: "a parent of it is a file, not a folder",
+               errno.EEXIST: "a parent of it is a file, not a folder",
+               errno.EISDIR: "it is a folder", errno.EACCES: "permission denied",
+               errno.EPERM: "permission denied", errno.EROFS: "the file system is read-only",
+               errno.ENOSPC: "no space left on the device",
+               errno.EDQUOT: "the disk quota is exceeded"}
+    why = reasons.get(exc.errno, exc.strerror or str(exc))
+    return ConfigError(f"cannot write {str(path)!r}: {why}; nothing was written there")
+
+
 def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (a temporary file renamed into place); a location
+    that cannot be written raises ConfigError and leaves nothing behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise output_error(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise output_error(path, exc) from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -511,4 +511,7 @@ def build(builder_name: str, params: dict | None = None) -> nx.DiGraph:
     if unknown:
         raise ConfigError(f"unknown parameter {', '.join(map(repr, unknown))} for topology "
                           f"builder {builder_name!r}; valid: {', '.join(valid)}")
+    from simulator.guard import check_topology
+
+    check_topology(BUILDERS[builder_name], params)
     return BUILDERS[builder_name](**params)

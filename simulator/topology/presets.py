@@ -26,7 +26,7 @@ from pathlib import Path
 import networkx as nx
 import yaml
 
-from simulator.config import read_yaml
+from simulator.config import read_text_file, read_yaml
 from simulator.errors import ClusterSimError, ConfigError, unknown_name
 from simulator.topology.builders import BUILDERS, build, parameter_names
 
@@ -186,7 +186,7 @@ def load_topology(name_or_path: str, overrides: dict[str, str] | None = None) ->
             text = files[name_or_path].read_text(encoding="utf-8")
             origin = f"topologies/{name_or_path}.yaml"
         elif Path(name_or_path).is_file():
-            text = Path(name_or_path).read_text(encoding="utf-8")
+            text = read_text_file(name_or_path)
             origin = name_or_path
         elif name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
             raise ConfigError(f"topology file not found: {name_or_path!r}")

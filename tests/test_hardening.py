@@ -1,0 +1,87 @@
+"""Issue 18's kinds of bad input: each is one line on stderr, exit 2, no traceback, nothing
+written."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from simulator.cli import main
+
+SCENARIO = "topology: star\ncollective: {collective: allreduce, sizes: [1MiB]}\n"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code, err, *needles):
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.mark.parametrize("content, needles", [
+    (b"name: caf\xe9\n" + SCENARIO.encode(), ("s.yaml:1: not UTF-8 text", "0xE9", "column 10")),
+    (bytes(range(128, 256)) * 3, ("s.yaml:1: not UTF-8 text",)),
+    (("a: " + "[" * 5000 + "]" * 5000 + "\n").encode(), ("nested too deeply",)),
+    (("a: " + "{x: " * 100 + "1" + "}" * 100 + "\n").encode(), ("nested too deeply",)),
+    (b"a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     b"e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+     ("too large", "aliases")),
+    (b"name: a\nname: b\n" + SCENARIO.encode(), ("s.yaml:2: duplicate key 'name'",
+                                                 "first on line 1")),
+    (b"topology: star\ncollective: {collective: allreduce, sizes: [1e400GiB]}\n",
+     ("too large", "4 EiB")),
+])
+def test_bad_scenario_files(tmp_path, capsys, content, needles):
+    path = tmp_path / "s.yaml"
+    path.write_bytes(content)
+    code, _out, err = run(capsys, "run", str(path), "-o", str(tmp_path / "out"))
+    one_line_error(code, err, *needles)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_size_that_overflows(capsys):
+    code, _out, err = run(capsys, "collective", "--topology", "star", "--size", "1e400GiB")
+    one_line_error(code, err, "--size", "too large")
+
+
+def test_ten_billion_hosts_refused_at_once(capsys):
+    start = time.perf_counter()
+    code, _out, err = run(capsys, "collective", "--topology", "star", "--param",
+                          "hosts=10000000000", "--size", "1MiB")
+    assert time.perf_counter() - start < 1.0
+    one_line_error(code, err, "10,000,000,001 nodes", "--max-memory")
+
+
+def test_max_memory_is_the_limit(capsys):
+    code, _out, err = run(capsys, "--max-memory", "64KiB", "collective", "--topology", "star",
+                          "--param", "hosts=512", "--size", "1MiB")
+    one_line_error(code, err, "more than the limit of 64 KiB")
+    code, _out, err = run(capsys, "--max-memory", "0", "collective", "--topology", "star",
+                          "--size", "1MiB")
+    one_line_error(code, err, "--max-memory must be positive")
+
+
+def test_output_under_a_regular_file(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO)
+    code, _out, err = run(capsys, "run", str(scenario), "-o", str(tmp_path / "afile" / "sub"))
+    one_line_error(code, err, "cannot write", "a parent of it is a file")
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_missing_and_directory_inputs(tmp_path, capsys):
+    code, _out, err = run(capsys, "run", str(tmp_path))
+    one_line_error(code, err)
+    code, _out, err = run(capsys, "collective", "--topology", str(tmp_path / "t.yaml"),
+                          "--size", "1MiB")
+    one_line_error(code, err, "not found")
