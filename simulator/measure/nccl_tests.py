@@ -508,6 +508,8 @@ def parse_nccl_tests_json(path, *, collective: str | None = None, gpus: int | No
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"nccl-tests JSON {origin!r} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{origin}: cannot read nccl-tests JSON: {exc}") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
