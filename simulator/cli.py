@@ -614,9 +614,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(_signum, _frame):
+    """SIGTERM ends a run as Ctrl-C does: files being written are removed, none is left half
+    written (every output is written to a temporary name and renamed into place)."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
+    import signal
+    import threading
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     from .engine.runner import wall_budget
     from .guard import set_memory_limit
 

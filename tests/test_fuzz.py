@@ -28,7 +28,10 @@ PRESETS = [yaml.safe_load((ROOT / "topologies" / n).read_text())
            for n in ("dgx-a100.yaml", "tianhe-k80.yaml", "pcie-2x-2080ti.yaml")]
 CSVS = sorted((DATA / "measurements").glob("*.csv"))
 LOGS = sorted((DATA / "nccl_logs").glob("*"))
-CASES = {"scenario": 0, "topology": 0, "csv": 0, "log": 0}
+CASES = {"scenario": 0, "topology": 0, "csv": 0, "log": 0, "bytes": 0}
+RAW_FILES = ([ROOT / "scenarios" / n for n in ("quickstart.yaml", "nudt_ps_vs_ring.yaml")]
+             + [ROOT / "topologies" / n for n in ("dgx-a100.yaml", "pcie-2x-2080ti.yaml")]
+             + CSVS[:1])
 FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -144,6 +147,54 @@ def test_fuzz_nccl_logs(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("log") / source.name
     path.write_text(text)
     expect_clean(read_nccl_tests, str(path))
+
+
+@st.composite
+def mutated_bytes(draw, files):
+    """A valid file's bytes with byte-level damage: flipped, inserted or deleted bytes (Latin-1
+    accents, NULs, invalid UTF-8, stray brackets), a truncation, or a repeated block (deep
+    nesting, duplicate keys)."""
+    source = draw(st.sampled_from(files))
+    data = bytearray(source.read_bytes())
+    for _ in range(draw(st.integers(1, 6))):
+        if not data:
+            break
+        i = draw(st.integers(0, len(data) - 1))
+        action = draw(st.sampled_from(["flip", "insert", "delete", "truncate", "repeat"]))
+        if action == "flip":
+            data[i] = draw(st.integers(0, 255))
+        elif action == "insert":
+            data[i:i] = draw(st.sampled_from([b"\xe9", b"\x00", b"\xff\xfe", b"[" * 80,
+                                              b"{a: " * 70, b"&x [*x]", b"\n  - ", b": :",
+                                              b"\xc3", b"1e400"]))
+        elif action == "delete":
+            del data[i:i + draw(st.integers(1, 40))]
+        elif action == "truncate":
+            del data[i:]
+        else:
+            j = min(len(data), i + draw(st.integers(1, 200)))
+            data[i:i] = data[i:j] * draw(st.integers(2, 4))
+    return source, bytes(data)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(mutated_bytes(RAW_FILES))
+def test_fuzz_file_bytes_through_the_cli_loaders(tmp_path_factory, case):
+    """What a user's editor or disk can do to a file: the loaders the CLI uses read it, and
+    any mistake is one ClusterSimError line."""
+    from simulator.scenario import load_scenario
+
+    CASES["bytes"] += 1
+    source, data = case
+    path = tmp_path_factory.mktemp("bytes") / source.name
+    path.write_bytes(data)
+    if source.suffix == ".csv":
+        expect_clean(read_measurements, str(path))
+    elif source.parent.name == "scenarios":
+        expect_clean(load_scenario, str(path))
+    else:
+        expect_clean(load_topology, str(path))
 
 
 def test_fuzz_corpus_size(record_property):

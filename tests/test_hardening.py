@@ -85,3 +85,31 @@ def test_missing_and_directory_inputs(tmp_path, capsys):
     code, _out, err = run(capsys, "collective", "--topology", str(tmp_path / "t.yaml"),
                           "--size", "1MiB")
     one_line_error(code, err, "not found")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_interrupted_run_leaves_complete_results_or_none(tmp_path, sig):
+    """A run stopped by SIGTERM or Ctrl-C exits 130 with no half-written file."""
+    import signal
+    import subprocess
+    import sys
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: {name: star, params: {hosts: 512}}\n"
+                        "collective: {collective: allreduce, algorithms: [ring, "
+                        "double_binary_tree, halving_doubling], sizes: [1GiB, 2GiB, 4GiB], "
+                        "slices: 8}\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", str(scenario), "-o",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.0)
+    proc.send_signal(getattr(signal, sig))
+    _out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:          # finished before the signal: complete results
+        assert (out / "results.csv").exists()
+        return
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err and b"interrupted" in err
+    leftovers = [p.name for p in out.rglob("*")] if out.exists() else []
+    assert not [n for n in leftovers if n.endswith(".tmp")], leftovers
+    assert "results.csv" not in leftovers or (out / "results.csv").read_text().count("\n") > 1
