@@ -260,7 +260,7 @@ def format_table(frame: pd.DataFrame) -> str:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .report.output import write_csv, write_resolved
+    from .report.output import staged_output, write_csv, write_resolved
     from .report.plots import WORKLOAD_PLOTS
     from .scenario import load_scenario, run_scenario, run_study
 
@@ -285,13 +285,15 @@ def cmd_run(args) -> int:
         print(format_training_table(frame) if training else format_table(frame))
         names = list(scenario.plots or tuple(registry)[:1])
         plots = [lambda stem, fn=registry[p]: fn(frame, stem) for p in names]
-    written = [write_csv(out / "results.csv", frame),
-               write_resolved(out / "scenario.resolved.yaml", scenario.resolved, scenario.seed)]
-    for name, plot in zip(names, plots):
-        written += plot(out / name)
-    if args.trace:
-        written += _write_traces(scenario, out)
-    print(f"wrote {', '.join(str(p) for p in written)}")
+    with staged_output(out) as stage:
+        written = [write_csv(stage / "results.csv", frame),
+                   write_resolved(stage / "scenario.resolved.yaml", scenario.resolved,
+                                  scenario.seed)]
+        for name, plot in zip(names, plots):
+            written += plot(stage / name)
+        if args.trace:
+            written += _write_traces(scenario, stage)
+    print(f"wrote {', '.join(str(out / Path(p).relative_to(stage)) for p in written)}")
     return 0
 
 

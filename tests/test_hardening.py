@@ -113,3 +113,18 @@ def test_interrupted_run_leaves_complete_results_or_none(tmp_path, sig):
     leftovers = [p.name for p in out.rglob("*")] if out.exists() else []
     assert not [n for n in leftovers if n.endswith(".tmp")], leftovers
     assert "results.csv" not in leftovers or (out / "results.csv").read_text().count("\n") > 1
+
+
+def test_staged_output_is_all_or_nothing(tmp_path):
+    from simulator.report.output import staged_output, write_text
+
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with staged_output(out) as stage:
+            write_text(stage / "results.csv", "a\n1\n")
+            raise RuntimeError("plotting failed")
+    assert not out.exists()                    # nothing partial, not even the folder
+    with staged_output(out) as stage:
+        write_text(stage / "results.csv", "a\n1\n")
+        write_text(stage / "sub" / "trace.json", "{}")
+    assert sorted(p.name for p in out.rglob("*")) == ["results.csv", "sub", "trace.json"]

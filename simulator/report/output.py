@@ -3,7 +3,9 @@ so an interrupted run never leaves a half-written CSV behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -57,6 +59,36 @@ def write_text(path: Path, text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+@contextlib.contextmanager
+def staged_output(out: Path):
+    """A folder's files written all or none: yield a hidden staging folder inside ``out``;
+    when the block ends normally its files are renamed into ``out``, and on any error or
+    interruption the staging folder is removed, leaving ``out`` as it was."""
+    out = Path(out)
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=".partial-"))
+    except OSError as exc:
+        raise output_error(out, exc) from None
+    done = False
+    try:
+        yield stage
+        for item in sorted(stage.rglob("*"), key=lambda p: len(p.parts)):
+            target = out / item.relative_to(stage)
+            if item.is_dir():
+                target.mkdir(exist_ok=True)
+            else:
+                os.replace(item, target)
+        done = True
+    except OSError as exc:
+        raise output_error(out, exc) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        if created and not done and not any(out.iterdir()):
+            out.rmdir()
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> Path:
