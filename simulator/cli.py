@@ -260,7 +260,7 @@ def format_table(frame: pd.DataFrame) -> str:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .report.output import staged_output, write_csv, write_resolved
+    from .report.output import published, staged_output, write_csv, write_resolved
     from .report.plots import WORKLOAD_PLOTS
     from .scenario import load_scenario, run_scenario, run_study
 
@@ -293,7 +293,7 @@ def cmd_run(args) -> int:
             written += plot(stage / name)
         if args.trace:
             written += _write_traces(scenario, stage)
-    print(f"wrote {', '.join(str(out / Path(p).relative_to(stage)) for p in written)}")
+    print(f"wrote {', '.join(published(written, stage, out))}")
     return 0
 
 
@@ -423,11 +423,14 @@ def cmd_train(args) -> int:
     else:
         _emit(frame, args.format)
     if args.output:
+        from .report.output import published, staged_output
+
         out = Path(args.output)
-        written = [write_csv(out / "results.csv", frame)]
-        for name, plot in TRAINING_PLOTS.items():
-            written += plot(frame, out / name)
-        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+        with staged_output(out) as stage:
+            written = [write_csv(stage / "results.csv", frame)]
+            for name, plot in TRAINING_PLOTS.items():
+                written += plot(frame, stage / name)
+        print(f"wrote {', '.join(published(written, stage, out))}", file=sys.stderr)
     return 0
 
 

@@ -150,12 +150,15 @@ def cmd_compare(args) -> int:
     print()
     print(format_summary(summary))
     if args.output:
+        from .report.output import published, staged_output
+
         out = Path(args.output)
-        written = [write_csv(out / "compare.csv", points),
-                   write_csv(out / "mape.csv", summary_frame(summary))]
-        for plot_name, plot in COMPARE_PLOTS.items():
-            written += plot(points, out / plot_name)
-        print(f"wrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+        with staged_output(out) as stage:
+            written = [write_csv(stage / "compare.csv", points),
+                       write_csv(stage / "mape.csv", summary_frame(summary))]
+            for plot_name, plot in COMPARE_PLOTS.items():
+                written += plot(points, stage / plot_name)
+        print(f"wrote {', '.join(published(written, stage, out))}", file=sys.stderr)
     if args.max_mape is not None:
         failures = mape_failures(summary, args.max_mape)
         if failures:

@@ -91,6 +91,11 @@ def staged_output(out: Path):
             out.rmdir()
 
 
+def published(written, stage: Path, out: Path) -> list[str]:
+    """Where files written into a :func:`staged_output` stage ended up, as strings."""
+    return [str(Path(out) / Path(p).relative_to(stage)) for p in written]
+
+
 def write_csv(path: Path, frame: pd.DataFrame) -> Path:
     return write_text(path, frame.to_csv(index=False, lineterminator="\n"))
 
