@@ -123,6 +123,19 @@ def summary_frame(summary: dict) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def is_training_file(path: str) -> bool:
+    """Whether ``path`` is a training table (a CSV whose header names a throughput)."""
+    if Path(path).suffix.lower() in _LOG_SUFFIXES:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            header = handle.readline(65536).decode("utf-8", "replace")
+    except OSError:
+        return False   # read_points reports the error
+    columns = {c.strip().strip('"') for c in header.split(",")}
+    return bool(columns & {"throughput_img_s", "throughput_samples_s"})
+
+
 def cmd_compare(args) -> int:
     from .compare import compare, mape_failures, summarise
     from .report.compare_plots import COMPARE_PLOTS
@@ -131,6 +144,13 @@ def cmd_compare(args) -> int:
 
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
+    if is_training_file(args.measured):
+        return cmd_compare_training(args)
+    for flag, value in (("--select", args.select), ("--framework", args.framework),
+                        ("--anchor", args.anchor)):
+        if value:
+            raise ConfigError(f"{flag} applies to training files; {args.measured} holds "
+                              f"collective points")
     slices = args.slices or _scenario_slices(args) or 1
     if slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {slices}")
@@ -167,6 +187,73 @@ def cmd_compare(args) -> int:
                       file=sys.stderr)
             return EXIT_MAPE_EXCEEDED
         print(f"--max-mape {args.max_mape:g}%: every size band within", file=sys.stderr)
+    return 0
+
+
+def cmd_compare_training(args) -> int:
+    """``compare`` on a training table: per-point throughput and speedup, speedup MAPE by
+    arch, model and GPU count; ``--max-mape`` on the speedup MAPE of every arch."""
+    from .cli import library_args
+    from .compare_training import (compare_training, format_training_points,
+                                   format_training_summary, mape_failures, select,
+                                   summarise_training)
+    from .measure.schema import read_training
+    from .report.compare_plots import speedup_measured_vs_simulated
+    from .report.output import write_csv
+    from .topology import load_topology
+    from .workload.frameworks import parse_framework
+
+    for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
+        if value:
+            raise ConfigError(f"{flag} does not apply to a training file (each bucket's call "
+                              f"is planned by the library)")
+    framework = parse_framework(args.framework)
+    measured = read_training(args.measured)
+    if args.select:
+        measured = select(measured, args.select)
+    frames = []
+    for name, params, part in _topology_groups(args, measured):
+        graph = load_topology(name, params)
+        lib = library_args(args, graph)
+        library = None
+        if lib["library"] == "nccl":
+            from .library import get_library, graph_settings
+
+            library = get_library("nccl", **graph_settings(graph, "nccl", {
+                "version": lib["version"], "launch": lib["launch"]}))
+        elif lib["library"] == "ideal":
+            library = "ideal"
+        frames.append(compare_training(part, graph, library=library, framework=framework,
+                                       anchor=args.anchor or "measured",
+                                       aggregation=args.algorithm))
+    points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    summary = summarise_training(points)
+    print(format_training_points(points))
+    print()
+    print(format_training_summary(summary))
+    if args.output:
+        from .report.output import published, staged_output
+
+        out = Path(args.output)
+        curves = points.rename(columns={"arch": "aggregation_measured"})
+        measured_curve = curves.assign(speedup=curves["measured_speedup"],
+                                       aggregation=curves["aggregation_measured"])
+        simulated_curve = curves.assign(speedup=curves["simulated_speedup"],
+                                        aggregation=curves["aggregation_measured"])
+        with staged_output(out) as stage:
+            written = [write_csv(stage / "compare.csv", points),
+                       write_csv(stage / "mape.csv", summary_frame(summary))]
+            written += speedup_measured_vs_simulated(measured_curve, simulated_curve,
+                                                     stage / "speedup_measured_vs_simulated")
+        print(f"wrote {', '.join(published(written, stage, out))}", file=sys.stderr)
+    if args.max_mape is not None:
+        failures = mape_failures(summary, args.max_mape)
+        if failures:
+            for failure in failures:
+                print(f"clustersim compare: --max-mape {args.max_mape:g}% FAILED: {failure}",
+                      file=sys.stderr)
+            return EXIT_MAPE_EXCEEDED
+        print(f"--max-mape {args.max_mape:g}%: every arch within", file=sys.stderr)
     return 0
 
 
@@ -262,8 +349,20 @@ def add_compare_parsers(subparsers) -> None:
     c.add_argument("--slices", type=int, default=None,
                    help="pipelining slices per transfer (default 1, or the scenario's)")
     add_library_arguments(c)
+    c.add_argument("--select", action="append", default=[], metavar="COLUMN=TEXT",
+                   help="training files: keep the rows whose COLUMN contains TEXT "
+                        "(case-insensitive; repeatable), e.g. hardware=DGX-1")
+    c.add_argument("--framework", default=None,
+                   help="training files: auto (detect from each row's framework text; the "
+                        "default), a registered framework (ddp, apex-ddp, horovod, "
+                        "horovod-0.21, tf-replicated), per_layer, size:BYTES or "
+                        "cycle:BYTES:TIME")
+    c.add_argument("--anchor", choices=["measured", "model"], default=None,
+                   help="training files: one GPU's compute from the row's measured single-GPU "
+                        "throughput (measured, the default) or from the compute model")
     c.add_argument("--max-mape", type=float, default=None, metavar="PCT",
-                   help="exit 1 if the MAPE of any size band (or overall) exceeds PCT percent")
+                   help="exit 1 if the MAPE of any size band (or overall) exceeds PCT percent "
+                        "(training files: the speedup MAPE of any arch, or overall)")
     c.add_argument("-o", "--output", default=None, metavar="OUT",
                    help="folder for compare.csv, mape.csv and plots")
     c.set_defaults(func=cmd_compare)

@@ -61,7 +61,8 @@ COLLECTIVE_OPTIONAL = ("time_std_us", "iterations", "backend", "device", "networ
                        "protocol", "library_version", "launch")
 TRAINING_COLUMNS = ("source", "topology", "model", "aggregation", "gpus", "batch_per_gpu",
                     "precision", "throughput_samples_s", "speedup", "efficiency")
-TRAINING_OPTIONAL = ("device", "network", "throughput_unit", "notes")
+TRAINING_OPTIONAL = ("device", "network", "throughput_unit", "notes", "framework", "hardware",
+                     "nodes", "gpus_per_node")
 
 #: nccl-tests binary / NCCL collective names -> ours.
 NCCL_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
@@ -426,8 +427,10 @@ def _training_frame(rows: list[dict]) -> pd.DataFrame:
     for c in ("throughput_samples_s", "speedup", "efficiency"):
         frame[c] = frame[c].astype("float64")
     for c in ("source", "topology", "model", "aggregation", "precision", "device", "network",
-              "throughput_unit", "notes"):
+              "throughput_unit", "notes", "framework", "hardware"):
         frame[c] = _text_column(frame[c])
+    for c in ("nodes", "gpus_per_node"):
+        frame[c] = pd.to_numeric(frame[c], errors="coerce")
     return frame
 
 
@@ -460,7 +463,13 @@ def _train_csv_row(cells: _Cells) -> dict:
         "device": cells.text("hardware", required=False) if "hardware" in cells.record else "",
         "throughput_unit": cells.text("throughput_unit", required=False)
         if "throughput_unit" in cells.record else "",
-        "notes": cells.text("framework", required=False) if "framework" in cells.record else "",
+        "notes": cells.text("notes", required=False) if "notes" in cells.record else "",
+        "framework": cells.text("framework", required=False)
+        if "framework" in cells.record else "",
+        "hardware": cells.text("hardware", required=False) if "hardware" in cells.record else "",
+        "nodes": cells.integer("nodes", minimum=1) if cells.record.get("nodes") else None,
+        "gpus_per_node": cells.integer("gpus_per_node", minimum=1)
+        if cells.record.get("gpus_per_node") else None,
     }
 
 

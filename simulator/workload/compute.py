@@ -135,6 +135,28 @@ class ComputeProfile:
             raise ValueError(f"optimizer_s must be finite and >= 0, not {self.optimizer_s!r}")
 
     @property
+    def iteration_s(self) -> float:
+        """One iteration alone on one device: forward, backward and the optimizer step."""
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+    def scaled(self, factor: float) -> "ComputeProfile":
+        """Every time multiplied by ``factor`` (per-layer shares kept)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"a compute scale must be finite and > 0, not {factor!r}")
+        return ComputeProfile(tuple(LayerTime(l.name, l.forward_s * factor,
+                                              l.backward_s * factor) for l in self.layers),
+                              self.optimizer_s * factor)
+
+    def anchored(self, samples_per_s: float, batch: int) -> "ComputeProfile":
+        """This profile scaled so one device runs ``samples_per_s`` at ``batch`` per
+        iteration: a measured single-GPU throughput fixes the total, the model keeps the
+        split over layers (which decides how much communication backward can hide)."""
+        if not (math.isfinite(samples_per_s) and samples_per_s > 0):
+            raise ValueError(f"a single-GPU throughput must be finite and > 0, not "
+                             f"{samples_per_s!r}")
+        return self.scaled(batch / samples_per_s / self.iteration_s)
+
+    @property
     def forward_s(self) -> float:
         """Forward pass, seconds."""
         return math.fsum(layer.forward_s for layer in self.layers)

@@ -62,6 +62,8 @@ class TrainingSpec:
     compression: Compression | None = None   # gradient format on the wire (None: dense)
     compressions: tuple[Compression, ...] = ()   # several formats, one row each (a sweep)
     library: object = None             # collective library of the buckets (None: ideal wires)
+    framework: object = None           # Framework: bucket policy and launch (None: bucket_bytes)
+    single_gpu_throughput: float | None = None   # measured samples/s of one GPU: anchors compute
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -163,6 +165,8 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     device = spec.device or topology_device(graph)
     model = get_model(model_name)
     profile = _profile(model_name, device, spec.batch_per_gpu, spec.precision, spec.measured_csv)
+    if spec.single_gpu_throughput is not None:
+        profile = profile.anchored(spec.single_gpu_throughput, spec.batch_per_gpu)
     grads = [layer.params * GRADIENT_BYTES[spec.precision] for layer in model.layers]
     kind, ps = resolve_aggregation(aggregation, spec.ps)
     fmt = spec.format_named(compression) if compression is not None else spec.formats()[0]
@@ -173,7 +177,7 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             model_name=model_name, gradient_bytes=grads, precision=spec.precision,
             bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=ps,
             record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed),
-            compression=fmt, library=spec.library)
+            compression=fmt, library=spec.library, framework=spec.framework)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,

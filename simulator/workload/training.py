@@ -85,27 +85,66 @@ class Bucket:
     ready_s: float  # after the start of backward
 
 
-def make_buckets(grad_bytes, backward_s, bucket_bytes: int, overlap: bool = True):
-    """Group layers into buckets in backward order (last layer first), DDP-style.
+def make_buckets(grad_bytes, backward_s, bucket_bytes: int, overlap: bool = True,
+                 framework=None, negotiation_s: float = 0.0):
+    """Group layers into buckets in backward order (last layer first).
 
-    A bucket closes when it reaches ``bucket_bytes``; layers without gradients join the next
-    bucket. With ``overlap=False`` everything is one bucket ready when backward ends.
+    Without a ``framework`` (or with a ``size`` one) a bucket closes when it reaches
+    ``bucket_bytes`` (DDP-style; a framework's own ``bucket_bytes`` and smaller first bucket
+    take precedence); layers without gradients join the next bucket. A ``per_layer``
+    framework makes every layer with gradients its own bucket. A ``cycle`` framework (Horovod)
+    fuses the gradients ready by each cycle boundary (multiples of ``cycle_s`` from the start
+    of backward) into buffers of at most ``bucket_bytes``; each is ready at that boundary plus
+    ``negotiation_s``. With ``overlap=False`` everything is one bucket ready when backward ends.
     """
     n = len(grad_bytes)
     order = list(range(n - 1, -1, -1))
     done = np.cumsum([backward_s[i] for i in order])
     if not overlap:
         return [Bucket(tuple(order), int(sum(grad_bytes)), float(done[-1]) if n else 0.0)]
+    policy = framework.policy if framework is not None else "size"
+    if policy == "per_layer":
+        return [Bucket((i,), int(grad_bytes[i]), float(done[k]))
+                for k, i in enumerate(order) if grad_bytes[i] > 0]
+    if policy == "cycle":
+        return _cycle_buckets(grad_bytes, order, done, framework, negotiation_s)
+    caps = [bucket_bytes]
+    if framework is not None:
+        caps = [framework.bucket_bytes]
+        if framework.first_bucket_bytes:
+            caps = [framework.first_bucket_bytes, framework.bucket_bytes]
     buckets, current, size = [], [], 0
     for k, i in enumerate(order):
         current.append(i)
         size += int(grad_bytes[i])
-        if size >= bucket_bytes or k == n - 1:
+        cap = caps[min(len(buckets), len(caps) - 1)]
+        if size >= cap or k == n - 1:
             if size > 0:
                 buckets.append(Bucket(tuple(current), size, float(done[k])))
-            elif buckets:  # trailing layers without parameters: nothing to send
-                pass
             current, size = [], 0
+    return buckets
+
+
+def _cycle_buckets(grad_bytes, order, done, framework, negotiation_s: float):
+    """Horovod's tensor fusion: see :func:`make_buckets`."""
+    cycle = framework.cycle_s
+    buckets, current, size, boundary = [], [], 0, None
+
+    def close():
+        if size > 0:
+            buckets.append(Bucket(tuple(current), size, boundary + negotiation_s))
+
+    for k, i in enumerate(order):
+        ready = float(done[k])
+        due = math.ceil(ready / cycle - 1e-12) * cycle if cycle > 0 else ready
+        if boundary is not None and (due > boundary or size + grad_bytes[i] > framework.bucket_bytes):
+            close()
+            current, size = [], 0
+        boundary = due if boundary is None or due > boundary else boundary
+        current.append(i)
+        size += int(grad_bytes[i])
+    if boundary is not None:
+        close()
     return buckets
 
 
@@ -183,7 +222,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       slices: int = 1, ps: PsConfig | None = None,
                       options: dict | None = None, record_rates: bool = False,
                       slowdown=None, compression: Compression | None = None,
-                      collective_engine: str = "event", library=None) -> TrainingResult:
+                      collective_engine: str = "event", library=None,
+                      framework=None) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -208,6 +248,10 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         bucket is planned alone (protocol, channels, costed links, base latency, launch) and
         timed by the fast path on its plan, so its cost is what the library says a call of that
         size costs; this needs the fast path (numba) and no compression kernels.
+    framework : Framework or None
+        How gradients become calls (:mod:`simulator.workload.frameworks`): bucket policy,
+        Horovod's fusion cycle and negotiation, and how the library is launched (unless the
+        library names its launch mode). ``None``: size buckets of ``bucket_bytes``.
     """
     grad = [int(b) for b in gradient_bytes]
     slow = [1.0] * gpus if slowdown is None else [float(x) for x in slowdown]
@@ -216,8 +260,10 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     fwd = float(sum(l.forward_s for l in profile.layers))
     bwd = [float(l.backward_s) for l in profile.layers]
     compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
-    buckets = make_buckets(grad, bwd, bucket_bytes, overlap)
     workers = _placement_nodes(graph, gpus)
+    buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
+                           negotiation_s(graph, workers, framework))
+    library = _launched(library, framework, graph, workers)
     engine = Engine(graph, record_rates=record_rates)
     staleness: list[int] = []
     codec = _Codec(graph, compression or Compression(), precision)
@@ -259,6 +305,34 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         "compression": codec.format.label, "wire_bytes_per_iteration": wire,
     }
     return TrainingResult(row=row, engine=engine, staleness=staleness, iterations=iterations)
+
+
+def negotiation_s(graph, workers: list[str], framework) -> float:
+    """One negotiation of a ``cycle`` framework: its hops, each the network latency from the
+    coordinator (the first worker) to the farthest worker."""
+    if framework is None or framework.policy != "cycle" or len(workers) < 2:
+        return 0.0
+    from ..topology.routing import Router
+
+    router = Router(graph)
+    worst = max(router.path(workers[0], w).latency_s for w in workers[1:])
+    return framework.negotiation_hops * worst
+
+
+def _launched(library, framework, graph, workers):
+    """``library`` driven as ``framework`` drives it, unless the library names its launch
+    mode (``group`` launches one process per machine's GPUs)."""
+    if library is None or framework is None or getattr(library, "launch", "") is not None:
+        return library
+    import copy
+
+    launch = framework.launch
+    if launch == "group":
+        per_machine = collections.Counter(graph.nodes[w].get("node_index", 0) for w in workers)
+        launch = f"group:{max(per_machine.values())}"
+    library = copy.copy(library)
+    library.launch = launch
+    return library
 
 
 def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algorithm, slices,
@@ -448,6 +522,8 @@ def _collective_spec(graph, algorithm, n, codec, size_bytes, options):
 
     payload = codec.wire(size_bytes)
     if codec.format.summable:
+        if algorithm == "auto":   # the collective library's tuner chooses, with its options
+            return algorithm, "allreduce", payload, dict(options)
         return algorithm, "allreduce", payload, default_options(graph, algorithm, n, options)
     gather = algorithm if "allgather" in get_algorithm(algorithm).collectives else "ring"
     opts = default_options(graph, gather, n, options if gather == algorithm else {})

@@ -1,0 +1,295 @@
+"""Simulated against measured data-parallel training: throughput and speedup, point by point.
+
+The input is a training file (:func:`simulator.measure.schema.read_training`: our layout, or the
+public ``train_*.csv`` layout with ``model, framework, arch, gpus, throughput_img_s, speedup``).
+Every measured point is simulated on one topology with :func:`~simulator.workload.sweep.
+run_training_point`, nothing tuned per point:
+
+* **model** from the file's name (:data:`MODEL_ALIASES`: ``ResNet-50 v1.5`` -> ``resnet50``);
+* **aggregation** from ``arch``: ``ps`` -> parameter servers (one per machine, on the machines'
+  CPUs, as TensorFlow's benchmarks ran them; ``distributed_replicated`` in the framework text
+  reduces inside each machine first), ``allreduce`` -> the collective library's choice
+  (``auto`` under ``nccl``, ``ring`` on bare wires), ``replicated`` (TensorFlow's replicated
+  variables without NCCL: peer copies) -> ``direct`` on bare wires;
+* **framework** from the ``framework`` text (:func:`~simulator.workload.frameworks.
+  detect_framework`): bucket policy, Horovod's fusion cycle, launch mode;
+* **compute**, ``anchor="measured"`` (the default): the point's own single-GPU throughput
+  (``throughput / speedup``, the file's definition of speedup) fixes one iteration's compute,
+  and the model only splits it over layers. This is the input a user has (one GPU, measured),
+  and it leaves the simulator to answer what it is for: what communication costs at scale.
+  ``anchor="model"``: the roofline compute model alone.
+
+Simulated speedup is simulated throughput at N GPUs over simulated throughput at one GPU with
+the same aggregation (a one-GPU parameter server still copies to the CPU and back), so both
+speedups have the same definition. Errors are (simulated - measured) / measured; > 0 means the
+simulator is optimistic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable
+
+import pandas as pd
+
+from .errors import ClusterSimError, ConfigError
+
+#: Model names of measurement files (lower case, without spaces, dashes, dots and brackets)
+#: -> model registry names. A name not here that is a registry name is taken as it is.
+MODEL_ALIASES = {
+    "inceptionv3": "inception_v3", "resnet50": "resnet50", "resnet50v15": "resnet50",
+    "resnet50v1": "resnet50", "resnet50v1bgluoncv": "resnet50", "resnet50v1b": "resnet50",
+    "resnet101": "resnet101", "resnet152": "resnet152", "alexnet": "alexnet",
+    "vgg16": "vgg16", "bertbase": "bert_base", "bertbasepretraining": "bert_base",
+    "bertlarge": "bert_large", "bertlargepretraining": "bert_large",
+    "gpt2small": "gpt2_small", "gpt2xl": "gpt2_xl",
+}
+
+PRECISION_NAMES = {"fp32": "fp32", "amp": "amp", "fp16": "fp16", "bf16": "bf16",
+                   "mixed": "amp", "tf32": "fp32"}
+
+ANCHORS = ("measured", "model")
+
+POINT_COLUMNS = (
+    "source", "model", "framework", "arch", "aggregation", "gpus", "batch_per_gpu",
+    "precision", "measured_img_s", "simulated_img_s", "throughput_error_pct",
+    "measured_speedup", "simulated_speedup", "speedup_error_pct", "abs_speedup_error_pct",
+    "exposed_comm_s", "iteration_s", "framework_model", "library", "anchor", "topology",
+    "line")
+
+
+def model_name(text: str, where: str = "") -> str:
+    """The registry name of a measurement file's model name."""
+    from .workload.models import MODELS
+
+    key = re.sub(r"[\s\-_.()\[\]]", "", str(text).lower())
+    if key in MODEL_ALIASES:
+        return MODEL_ALIASES[key]
+    if str(text) in MODELS:
+        return str(text)
+    raise ConfigError(f"{where}model {text!r} is not a model the simulator knows; known: "
+                      f"{', '.join(sorted(set(MODEL_ALIASES) | set(MODELS)))}")
+
+
+def precision_name(text: str, where: str = "") -> str:
+    key = str(text).strip().lower()
+    if key in PRECISION_NAMES:
+        return PRECISION_NAMES[key]
+    raise ConfigError(f"{where}precision {text!r}; valid: {', '.join(PRECISION_NAMES)}")
+
+
+def default_ps(record: dict, base=None):
+    """The parameter servers a ``ps`` point ran: TensorFlow's benchmarks put one on every
+    worker machine's CPU (``local_parameter_device=cpu``), variables round-robin;
+    ``distributed_replicated`` reduces inside each machine before pushing."""
+    from .workload.training import PsConfig
+
+    base = base or PsConfig(servers="per_node", placement="colocated")
+    local = "distributed_replicated" in str(record.get("framework", "")).lower()
+    return dataclasses.replace(base, local_aggregation=base.local_aggregation or local)
+
+
+def _aggregation(arch: str, library_name: str, where: str) -> tuple[str, str | None]:
+    """(aggregation, library override) of a measured ``arch``."""
+    arch = str(arch).strip().lower()
+    if arch in ("ps", "parameter_server", "parameter-server"):
+        return "ps", None
+    if arch in ("allreduce", "all-reduce", "all_reduce", "ring", "nccl"):
+        return ("auto" if library_name == "nccl" else "ring"), None
+    if arch == "replicated":
+        return "direct", "ideal"
+    raise ConfigError(f"{where}arch {arch!r}; valid: allreduce, ps, replicated")
+
+
+def _where(measured: pd.DataFrame, i: int) -> str:
+    lines = measured.attrs.get("lines") or []
+    origin = measured.attrs.get("origin", "measured file")
+    return f"{origin}:{lines[i]}: " if i < len(lines) else f"{origin}: "
+
+
+def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=None,
+                     anchor: str = "measured", ps: Callable | None = None,
+                     aggregation: str | None = None) -> pd.DataFrame:
+    """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
+
+    Parameters
+    ----------
+    library : str, library object or None
+        The collective library of every bucket (None: the topology's default, ``nccl`` on
+        ``gpu_cluster``).
+    framework : Framework or None
+        Force one framework for every point (None: detect from each point's text).
+    anchor : {"measured", "model"}
+        Where one GPU's compute comes from (see the module docstring).
+    ps : callable(record) -> PsConfig, optional
+        The parameter servers of a ``ps`` point (default :func:`default_ps`).
+    aggregation : str, optional
+        Simulate this aggregation for every point instead of the file's ``arch``.
+    """
+    from .library import resolve_library
+    from .workload.frameworks import detect_framework
+    from .workload.sweep import TrainingSpec, run_training_point
+
+    if anchor not in ANCHORS:
+        raise ConfigError(f"anchor must be one of {', '.join(ANCHORS)}, got {anchor!r}")
+    default_lib = resolve_library(library, graph)
+    default_name = getattr(default_lib, "name", "ideal")
+    ps = ps or default_ps
+    cache: dict = {}
+    rows = []
+    for i, point in enumerate(measured.to_dict("records")):
+        where = _where(measured, i)
+        model = model_name(point["model"], where)
+        precision = precision_name(point["precision"], where)
+        gpus, batch = int(point["gpus"]), int(point["batch_per_gpu"])
+        kind, lib_override = _aggregation(point["aggregation"], default_name, where)
+        if aggregation:
+            kind, lib_override = aggregation, None
+        lib = resolve_library(lib_override, graph) if lib_override else default_lib
+        text = point.get("framework") or point.get("notes") or ""
+        fw = framework or detect_framework(text)
+        measured_1 = float(point["throughput_samples_s"]) / float(point["speedup"])
+        spec = TrainingSpec(
+            models=(model,), batch_per_gpu=batch, gpus=(gpus,), aggregations=(kind,),
+            precision=precision, ps=ps({**point, "framework": text}),
+            library=None if getattr(lib, "name", "ideal") == "ideal" else lib, framework=fw,
+            single_gpu_throughput=measured_1 if anchor == "measured" else None)
+        try:
+            sim_n = _simulate(cache, graph, spec, model, kind, gpus)
+            sim_1 = _simulate(cache, graph, spec, model, kind, 1)
+        except ClusterSimError as exc:
+            raise type(exc)(f"{where}{point['model']} {point['aggregation']} on {gpus} GPUs: "
+                            f"{exc}") from None
+        speedup = sim_n["throughput_samples_s"] / sim_1["throughput_samples_s"]
+        base = measured_1 if anchor == "measured" else sim_1["throughput_samples_s"]
+        simulated = base * speedup
+        meas_speedup = float(point["speedup"])
+        error = (speedup - meas_speedup) / meas_speedup * 100
+        lines = measured.attrs.get("lines") or []
+        rows.append({
+            "source": point["source"], "model": point["model"], "framework": text,
+            "arch": point["aggregation"], "aggregation": sim_n["aggregation"], "gpus": gpus,
+            "batch_per_gpu": batch, "precision": precision,
+            "measured_img_s": float(point["throughput_samples_s"]),
+            "simulated_img_s": simulated,
+            "throughput_error_pct": (simulated - point["throughput_samples_s"])
+            / point["throughput_samples_s"] * 100,
+            "measured_speedup": meas_speedup, "simulated_speedup": speedup,
+            "speedup_error_pct": error, "abs_speedup_error_pct": abs(error),
+            "exposed_comm_s": sim_n["exposed_comm_s"], "iteration_s": sim_n["iteration_s"],
+            "framework_model": fw.name if fw else "default",
+            "library": getattr(lib, "name", "ideal"), "anchor": anchor,
+            "topology": graph.graph.get("name", ""),
+            "line": lines[i] if i < len(lines) else None,
+        })
+    frame = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
+    frame.attrs.update(origin=measured.attrs.get("origin", ""),
+                       topology=graph.graph.get("name", ""))
+    return frame
+
+
+def _simulate(cache: dict, graph, spec, model: str, kind: str, gpus: int) -> dict:
+    from .workload.sweep import run_training_point
+
+    key = (spec, model, kind, gpus)
+    if key not in cache:
+        cache[key] = run_training_point(graph, spec, model, kind, gpus).row
+    return cache[key]
+
+
+_SUMMARY_COLUMNS = ("points", "mape_pct", "median_ape_pct", "max_ape_pct", "bias_pct",
+                    "throughput_mape_pct")
+
+
+def summarise_training(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Speedup MAPE tables (points with more than one GPU): by ``arch``, ``model``, ``gpus``
+    and overall; ``bias_pct`` > 0 means the simulator is optimistic. Each row also has the
+    throughput MAPE."""
+    scaled = points[points["gpus"] > 1]
+
+    def stats(group: pd.DataFrame) -> dict:
+        ape = group["abs_speedup_error_pct"]
+        return {"points": len(group), "mape_pct": ape.mean(), "median_ape_pct": ape.median(),
+                "max_ape_pct": ape.max(), "bias_pct": group["speedup_error_pct"].mean(),
+                "throughput_mape_pct": group["throughput_error_pct"].abs().mean()}
+
+    tables = {}
+    for by in ("arch", "model", "gpus"):
+        keys = sorted(dict.fromkeys(scaled[by]))
+        tables[by] = pd.DataFrame([{by: k, **stats(scaled[scaled[by] == k])} for k in keys],
+                                  columns=[by, *_SUMMARY_COLUMNS])
+    tables["overall"] = pd.DataFrame([{"group": "all", **stats(scaled)}] if len(scaled) else [],
+                                     columns=["group", *_SUMMARY_COLUMNS])
+    return tables
+
+
+def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float) -> list[str]:
+    """One message per arch (and overall) whose speedup MAPE exceeds ``max_mape_pct``."""
+    failures = []
+    for row in summary["arch"].itertuples(index=False):
+        if row.mape_pct > max_mape_pct:
+            failures.append(f"arch {row.arch}: speedup MAPE {row.mape_pct:.1f}% > "
+                            f"{max_mape_pct:g}% ({row.points} points)")
+    overall = summary["overall"]
+    if len(overall) and overall.iloc[0]["mape_pct"] > max_mape_pct:
+        failures.append(f"overall: speedup MAPE {overall.iloc[0]['mape_pct']:.1f}% > "
+                        f"{max_mape_pct:g}% ({overall.iloc[0]['points']} points)")
+    return failures
+
+
+def select(measured: pd.DataFrame, selections: list[str]) -> pd.DataFrame:
+    """Rows whose column contains a text (case-insensitive), for every ``COLUMN=TEXT``."""
+    frame = measured
+    for item in selections:
+        column, sep, text = str(item).partition("=")
+        if not sep or not column:
+            raise ConfigError(f"--select expects COLUMN=TEXT, got {item!r}")
+        if column not in frame.columns:
+            raise ConfigError(f"--select {item!r}: no column {column!r}; columns: "
+                              f"{', '.join(frame.columns)}")
+        mask = frame[column].astype(str).str.lower().str.contains(text.lower(), regex=False)
+        frame = subset_rows(frame, mask.to_numpy())
+    if frame.empty:
+        raise ConfigError(f"{measured.attrs.get('origin', 'measured file')}: no row matches "
+                          f"{' and '.join(selections)}")
+    return frame
+
+
+def subset_rows(measured: pd.DataFrame, mask) -> pd.DataFrame:
+    """Rows of ``measured`` under ``mask``, keeping its origin and the rows' lines."""
+    part = measured[mask].reset_index(drop=True)
+    lines = measured.attrs.get("lines")
+    part.attrs = dict(measured.attrs)
+    if lines is not None and len(lines) == len(measured):
+        part.attrs["lines"] = [line for line, keep in zip(lines, mask) if keep]
+    return part
+
+
+def format_training_points(points: pd.DataFrame) -> str:
+    """Human table of compared training points."""
+    if points.empty:
+        return "(no points)"
+    shown = pd.DataFrame({
+        "model": points["model"], "arch": points["arch"],
+        "framework": points["framework_model"], "gpus": points["gpus"],
+        "batch": points["batch_per_gpu"], "prec": points["precision"],
+        "meas_img_s": [f"{v:.1f}" for v in points["measured_img_s"]],
+        "sim_img_s": [f"{v:.1f}" for v in points["simulated_img_s"]],
+        "meas_speedup": [f"{v:.2f}" for v in points["measured_speedup"]],
+        "sim_speedup": [f"{v:.2f}" for v in points["simulated_speedup"]],
+        "error": [f"{e:+.1f}%" for e in points["speedup_error_pct"]],
+    })
+    return shown.to_string(index=False)
+
+
+def format_training_summary(summary: dict) -> str:
+    blocks = []
+    for key, title in (("arch", "by arch"), ("model", "by model"), ("gpus", "by GPU count"),
+                       ("overall", "overall")):
+        table = summary[key].copy()
+        for column in _SUMMARY_COLUMNS[1:]:
+            table[column] = [f"{v:.1f}" for v in table[column]]
+        blocks.append(f"speedup MAPE {title} (points with > 1 GPU; bias > 0: simulator "
+                      f"optimistic):\n{table.to_string(index=False)}")
+    return "\n\n".join(blocks)

@@ -1,0 +1,170 @@
+"""Training frameworks: how each one turns backward's gradients into collective calls.
+
+The same model on the same wires scales differently under PyTorch DDP, Horovod or 2017's
+TensorFlow, because each groups gradients into calls in its own way, and every call pays the
+library's fixed costs (launch, base latency, protocol). A :class:`Framework` is that policy as
+data; :func:`simulator.workload.training.make_buckets` applies it. Policies:
+
+``size``
+    Buckets close when they reach ``bucket_bytes`` (in backward order); the first bucket may be
+    smaller (``first_bucket_bytes``). PyTorch DDP, Apex DDP, most all-reduce frameworks.
+``cycle``
+    Horovod's tensor fusion: a background thread wakes every ``cycle_s``; every gradient ready by
+    then is negotiated with the coordinator and fused into buffers of at most ``bucket_bytes``.
+    A bucket's all-reduce starts at the first cycle boundary after its last gradient, plus one
+    negotiation (a gather and a broadcast of ready lists through rank 0).
+``per_layer``
+    No fusion: one all-reduce per layer, issued as soon as backward has produced it (TensorFlow
+    ``tf_cnn_benchmarks`` 2017, ``variable_update=replicated``, ``use_nccl=True``, before
+    ``--gradient_repacking`` existed; TensorFlow issues one call per *variable*, and a layer's
+    weight and bias come back to back, so a layer is one call here).
+
+Every constant carries its source. :func:`detect_framework` maps the free-text ``framework``
+column of the measurement files (``"NGC PyTorch 1.5.0a0 + DALI + APEX DDP"``, ``"MXNet 1.6.0 +
+Horovod"``) to a registry name; ``--framework NAME`` picks one by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+_MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How a framework issues gradient all-reduces (see the module docstring).
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    policy : str
+        ``size``, ``cycle`` or ``per_layer``.
+    bucket_bytes : int
+        Bucket cap (``size``) or fusion buffer (``cycle``); unused for ``per_layer``.
+    first_bucket_bytes : int or None
+        A smaller first bucket (DDP), so communication starts early.
+    cycle_s : float
+        ``cycle`` only: time between fusion cycles.
+    negotiation_hops : int
+        ``cycle`` only: messages on the critical path of one negotiation (ranks' ready lists
+        gathered at the coordinator, the decision broadcast back), each costing one network
+        latency of the topology.
+    launch : str
+        How the collective library is driven (:mod:`simulator.library.launch`): ``torch``
+        (one process per GPU through a Python binding), ``mpi`` (one process per GPU, C++
+        calls), ``group`` (one process driving each machine's GPUs).
+    source : str
+        Where the numbers come from.
+    """
+
+    name: str
+    policy: str
+    bucket_bytes: int = 25 * _MiB
+    first_bucket_bytes: int | None = None
+    cycle_s: float = 0.0
+    negotiation_hops: int = 0
+    launch: str = "mpi"
+    source: str = ""
+
+    def describe(self) -> str:
+        if self.policy == "per_layer":
+            return f"{self.name}: one all-reduce per layer"
+        if self.policy == "cycle":
+            return (f"{self.name}: fusion buffer {self.bucket_bytes / _MiB:g} MiB every "
+                    f"{self.cycle_s * 1e3:g} ms cycle")
+        first = (f", first {self.first_bucket_bytes / _MiB:g} MiB"
+                 if self.first_bucket_bytes else "")
+        return f"{self.name}: buckets of {self.bucket_bytes / _MiB:g} MiB{first}"
+
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework(
+        "ddp", "size", bucket_bytes=25 * _MiB, first_bucket_bytes=1 * _MiB, launch="torch",
+        source="PyTorch DistributedDataParallel: kDefaultBucketBytesCap = 25 MiB and "
+               "kDefaultFirstBucketBytes = 1 MiB (torch/csrc/distributed/c10d/reducer.hpp, "
+               "v2.5.0), the buckets DDP rebuilds after its first iteration"),
+    Framework(
+        "apex-ddp", "size", bucket_bytes=10_000_000 * 4, launch="torch",
+        source="NVIDIA Apex apex.parallel.DistributedDataParallel: message_size=10000000 "
+               "elements per bucket (apex/parallel/distributed.py docstring); 4-byte "
+               "fp32 master gradients"),
+    Framework(
+        "horovod", "cycle", bucket_bytes=64 * _MiB, cycle_s=5e-3, negotiation_hops=2,
+        launch="mpi",
+        source="Horovod docs/tensor-fusion.rst: 'Default fusion buffer size is 64 MB', "
+               "HOROVOD_CYCLE_TIME; defaults 5 ms / 64 MB until v0.21.0, whose changelog "
+               "says 'Changed default cycle time from 5ms to 1ms and fusion threshold from "
+               "64MB to 128MB (#2468)'; docs/timeline.rst: negotiation = every worker "
+               "signals rank 0, rank 0 signals every worker"),
+    Framework(
+        "horovod-0.21", "cycle", bucket_bytes=128 * _MiB, cycle_s=1e-3, negotiation_hops=2,
+        launch="mpi",
+        source="Horovod v0.21.0 changelog (#2468): cycle time 1 ms, fusion threshold 128 MB"),
+    Framework(
+        "tf-replicated", "per_layer", launch="group",
+        source="tensorflow/benchmarks tf_cnn_benchmarks (2017): variable_update=replicated, "
+               "use_nccl=True all-reduces every gradient tensor with its own NCCL call "
+               "(gradient_repacking came later, default 0); one process drives the "
+               "machine's GPUs"),
+)}
+
+#: Free-text framework descriptions -> registry names, first match wins (case-insensitive).
+#: Horovod is named in the text wherever it drives the all-reduce, whatever the framework.
+_PATTERNS = (
+    (r"horovod.*0\.(2[1-9]|[3-9]\d)|horovod.*[1-9]\.\d", "horovod-0.21"),
+    (r"horovod", "horovod"),
+    (r"apex", "apex-ddp"),
+    (r"pytorch|torch|ddp", "ddp"),
+    (r"tensorflow.*replicated|tf_cnn_benchmarks.*replicated", "tf-replicated"),
+)
+
+
+def get_framework(name: str) -> Framework:
+    """The registered framework ``name``; unknown names list the valid ones."""
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise ConfigError(f"unknown framework {name!r}; valid: {', '.join(FRAMEWORKS)}") \
+            from None
+
+
+def detect_framework(text: str) -> Framework | None:
+    """The framework a measurement file's ``framework`` text names, or None (then the
+    caller's default applies)."""
+    lowered = str(text or "").lower()
+    for pattern, name in _PATTERNS:
+        if re.search(pattern, lowered):
+            return FRAMEWORKS[name]
+    return None
+
+
+def parse_framework(text: str | None) -> Framework | None:
+    """``--framework``: a registry name, ``auto`` / None (detect per row), or a spec
+    ``size:25MiB``, ``cycle:64MiB:5ms``, ``per_layer``."""
+    from ..units import parse_duration, parse_size
+
+    if text in (None, "", "auto"):
+        return None
+    if text in FRAMEWORKS:
+        return FRAMEWORKS[text]
+    kind, _, rest = str(text).partition(":")
+    parts = [p for p in rest.split(":") if p]
+    try:
+        if kind == "per_layer" and not parts:
+            return Framework("per_layer", "per_layer", source="--framework per_layer")
+        if kind == "size" and len(parts) == 1:
+            return Framework(text, "size", bucket_bytes=parse_size(parts[0], what="--framework"),
+                             source=f"--framework {text}")
+        if kind == "cycle" and len(parts) == 2:
+            return Framework(text, "cycle", bucket_bytes=parse_size(parts[0], what="--framework"),
+                             cycle_s=parse_duration(parts[1], what="--framework"),
+                             negotiation_hops=2, source=f"--framework {text}")
+    except ConfigError as exc:
+        raise ConfigError(f"--framework {text!r}: {exc}") from None
+    raise ConfigError(f"--framework expects auto, one of {', '.join(FRAMEWORKS)}, per_layer, "
+                      f"size:BYTES or cycle:BYTES:TIME (e.g. cycle:64MiB:5ms), got {text!r}")

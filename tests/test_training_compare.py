@@ -1,0 +1,207 @@
+"""Frameworks' bucket policies, compute anchored on a measured GPU, and ``compare`` on training
+tables: hand-derived buckets, exact anchoring, and comparisons whose numbers move with inputs."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator.compare_training import (compare_training, mape_failures, model_name, select,
+                                        summarise_training)
+from simulator.errors import ConfigError
+from simulator.measure.schema import read_training
+from simulator.topology import load_topology
+from simulator.workload.compute import compute_profile
+from simulator.workload.frameworks import (FRAMEWORKS, Framework, detect_framework,
+                                           parse_framework)
+from simulator.workload.training import make_buckets, negotiation_s
+
+DATA = Path(__file__).parent / "data" / "training"
+TF = DATA / "train_tf_benchmarks_2017_ps_vs_replicated.csv"
+DLPERF = DATA / "train_dlperf_v100x32_edr.csv"
+MiB = 1 << 20
+
+
+# -- bucket policies -----------------------------------------------------------------------------
+
+def test_per_layer_buckets_are_each_layer_with_gradients_at_its_backward_end():
+    grads, bwd = [100, 0, 300, 400], [1.0, 2.0, 3.0, 4.0]
+    buckets = make_buckets(grads, bwd, 10**9, True, FRAMEWORKS["tf-replicated"])
+    # backward order: layer 3 (done 4), 2 (7), 1 (9, no gradient), 0 (10)
+    assert [(b.layers, b.size_bytes, b.ready_s) for b in buckets] == [
+        ((3,), 400, 4.0), ((2,), 300, 7.0), ((0,), 100, 10.0)]
+
+
+def test_ddp_first_bucket_is_smaller():
+    grads = [MiB // 2] * 8                       # backward: 0.5 MiB per layer
+    buckets = make_buckets(grads, [1.0] * 8, 25 * MiB, True, FRAMEWORKS["ddp"])
+    assert [b.size_bytes for b in buckets] == [MiB, 3 * MiB]
+    assert [b.ready_s for b in buckets] == [2.0, 8.0]
+
+
+def test_horovod_cycle_fuses_what_is_ready_by_each_boundary_plus_negotiation():
+    fw = Framework("h", "cycle", bucket_bytes=250, cycle_s=5e-3, negotiation_hops=2)
+    # backward order: layers 3, 2, 1, 0 ready at 1, 2, 6, 16 ms
+    grads, bwd = [10, 100, 200, 100], [10e-3, 4e-3, 1e-3, 1e-3]
+    buckets = make_buckets(grads, bwd, 10**9, True, fw, negotiation_s=1e-4)
+    got = [(b.layers, b.size_bytes, round(b.ready_s, 9)) for b in buckets]
+    # layers 3 and 2 ready by 5 ms (300 bytes > 250: two buffers at the same boundary),
+    # layer 1 by 10 ms, layer 0 by 20 ms
+    assert got == [((3,), 100, 0.0051), ((2,), 200, 0.0051), ((1,), 100, 0.0101),
+                   ((0,), 10, 0.0201)]
+
+
+def test_negotiation_is_hops_times_the_farthest_path_latency():
+    graph = load_topology("star", {"hosts": 4, "link_latency": "3us"})
+    workers = ["host0", "host1", "host2", "host3"]
+    assert negotiation_s(graph, workers, FRAMEWORKS["horovod"]) == pytest.approx(2 * 6e-6)
+    assert negotiation_s(graph, workers, FRAMEWORKS["ddp"]) == 0.0
+
+
+@pytest.mark.parametrize("text, name", [
+    ("NGC MXNet 1.6.0 (nvcr 20.03) + DALI + Horovod", "horovod"),
+    ("NGC PyTorch 1.5.0a0 (nvcr 20.03) + DALI + APEX DDP", "apex-ddp"),
+    ("PyTorch 1.6.0 pytorch/examples DDP", "ddp"),
+    ("TensorFlow (tf_cnn_benchmarks, TF hash b1e174e): replicated (with NCCL)", "tf-replicated"),
+    ("Horovod 0.28.1 + PyTorch 2.0", "horovod-0.21"),
+])
+def test_framework_detected_from_the_measurement_text(text, name):
+    assert detect_framework(text).name == name
+
+
+def test_unknown_framework_text_is_none_and_bad_spec_is_one_clear_error():
+    assert detect_framework("OneFlow 0.2.0") is None
+    assert parse_framework("cycle:64MiB:5ms").cycle_s == pytest.approx(5e-3)
+    assert parse_framework("size:4MiB").bucket_bytes == 4 * MiB
+    with pytest.raises(ConfigError, match="cycle:BYTES:TIME"):
+        parse_framework("cycle:64MiB")
+    with pytest.raises(ConfigError, match="ddp"):
+        parse_framework("nonsense")
+
+
+# -- compute anchored on one measured GPU --------------------------------------------------------
+
+def test_anchored_profile_runs_exactly_the_measured_throughput_and_keeps_the_split():
+    prof = compute_profile("resnet50", "v100-sxm2-16gb", 64)
+    anchored = prof.anchored(400.0, 64)
+    assert anchored.iteration_s == pytest.approx(64 / 400.0, rel=1e-12)
+    assert anchored.layers[3].backward_s / anchored.layers[3].forward_s == pytest.approx(
+        prof.layers[3].backward_s / prof.layers[3].forward_s)
+    with pytest.raises(ValueError):
+        prof.anchored(0.0, 64)
+
+
+# -- compare on training tables ------------------------------------------------------------------
+
+def test_model_names_of_the_public_files_map_to_the_registry():
+    assert model_name("ResNet-50 v1.5") == "resnet50"
+    assert model_name("BERT-base pretraining") == "bert_base"
+    assert model_name("InceptionV3") == "inception_v3"
+    with pytest.raises(ConfigError, match="known"):
+        model_name("NotANet")
+
+
+@pytest.fixture(scope="module")
+def dgx1_ps():
+    measured = select(read_training(TF), ["hardware=DGX-1", "model=ResNet-50"])
+    return compare_training(measured, load_topology("dgx1-p100"))
+
+
+def test_one_gpu_points_reproduce_the_measurement_and_speedup_is_one(dgx1_ps):
+    one = dgx1_ps[dgx1_ps["gpus"] == 1]
+    assert len(one) > 0
+    assert (one["simulated_speedup"] == 1.0).all()
+    assert one["simulated_img_s"].to_numpy() == pytest.approx(one["measured_img_s"].to_numpy())
+
+
+def test_single_machine_ps_speedups_are_close_and_fall_with_gpus(dgx1_ps):
+    scaled = dgx1_ps[dgx1_ps["gpus"] > 1]
+    assert scaled["abs_speedup_error_pct"].mean() < 5.0
+    series = (scaled["measured_img_s"] / scaled["measured_speedup"]).round(1)
+    for _, group in scaled.groupby(["framework", "batch_per_gpu", series]):
+        ordered = group.sort_values("gpus")
+        eff = (ordered["simulated_speedup"] / ordered["gpus"]).tolist()
+        assert eff == sorted(eff, reverse=True)
+
+
+def test_summary_counts_only_multi_gpu_points_and_max_mape_flags(dgx1_ps):
+    summary = summarise_training(dgx1_ps)
+    assert summary["overall"].iloc[0]["points"] == int((dgx1_ps["gpus"] > 1).sum())
+    assert mape_failures(summary, 0.0)
+    assert not mape_failures(summary, 1000.0)
+
+
+def test_a_faster_network_raises_simulated_speedup_of_a_bandwidth_bound_model():
+    measured = select(read_training(DLPERF), ["framework=Horovod", "model=BERT",
+                                               "precision=AMP"])
+    measured = measured[measured["gpus"] == 32].reset_index(drop=True)
+    slow = compare_training(measured, load_topology(
+        "dgx1-v100", {"nodes": 4, "nics_per_node": 1, "nic_bandwidth": "25 Gbps"}))
+    fast = compare_training(measured, load_topology("dgx1-v100",
+                                                    {"nodes": 4, "nics_per_node": 1}))
+    assert (fast["simulated_speedup"] > slow["simulated_speedup"]).all()
+    assert (fast["library"] == "nccl").all()
+    assert set(fast["framework_model"]) == {"horovod"}
+
+
+def test_measured_single_gpu_anchor_changes_the_throughput_not_its_definition():
+    measured = select(read_training(DLPERF), ["framework=OneFlow", "model=ResNet",
+                                               "precision=FP32"])
+    measured = measured[measured["gpus"].isin([1, 8])].reset_index(drop=True)
+    graph = load_topology("dgx1-v100")
+    anchored = compare_training(measured, graph, anchor="measured")
+    modelled = compare_training(measured, graph, anchor="model")
+    one = anchored[anchored["gpus"] == 1]
+    assert one["simulated_img_s"].iloc[0] == pytest.approx(one["measured_img_s"].iloc[0])
+    assert modelled["simulated_img_s"].iloc[0] != pytest.approx(one["measured_img_s"].iloc[0])
+
+
+def test_select_errors_name_the_column():
+    measured = read_training(TF)
+    with pytest.raises(ConfigError, match="no column 'nope'"):
+        select(measured, ["nope=x"])
+    with pytest.raises(ConfigError, match="no row matches"):
+        select(measured, ["model=zzz"])
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def test_cli_compare_on_a_training_table_writes_everything_and_gates_on_max_mape(tmp_path):
+    out = tmp_path / "out"
+    done = _cli("compare", str(TF), "--topology", "dgx1-p100", "--select", "hardware=DGX-1",
+                "--select", "model=ResNet-152", "-o", str(out), "--max-mape", "50")
+    assert done.returncode == 0, done.stderr
+    assert "speedup MAPE by arch" in done.stdout
+    frame = pd.read_csv(out / "compare.csv")
+    assert {"measured_speedup", "simulated_speedup", "speedup_error_pct"} <= set(frame.columns)
+    assert (out / "speedup_measured_vs_simulated.png").is_file()
+    gated = _cli("compare", str(TF), "--topology", "dgx1-p100", "--select", "hardware=DGX-1",
+                 "--select", "model=ResNet-152", "--max-mape", "0")
+    assert gated.returncode == 1
+    assert "FAILED" in gated.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--select", "hardware"), "COLUMN=TEXT"),
+    (("--framework", "cycle:1MiB"), "cycle:BYTES:TIME"),
+    (("--slices", "4"), "does not apply to a training file"),
+])
+def test_cli_training_mistakes_are_one_line(tmp_path, args, needle):
+    done = _cli("compare", str(TF), "--topology", "dgx1-p100", *args, "-o", str(tmp_path / "o"))
+    assert done.returncode == 2
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_training_flags_on_a_collective_file_are_refused():
+    points = Path(__file__).parent / "data" / "measurements"
+    csv = next(iter(sorted(points.glob("*.csv"))))
+    done = _cli("compare", str(csv), "--topology", "dgx-a100", "--anchor", "model")
+    assert done.returncode == 2
+    assert "applies to training files" in done.stderr
