@@ -406,6 +406,11 @@ def cmd_train(args) -> int:
         raise ConfigError(f"--batch-per-gpu must be >= 1, got {args.batch_per_gpu}")
     if args.compute and not Path(args.compute).is_file():
         raise ConfigError(f"--compute: file {args.compute!r} not found")
+    from .units import parse_throughput
+    from .workload.frameworks import parse_framework
+
+    compression = parse_compression(args.compression) if args.compression else None
+    compressed = compression is not None and not compression.identity
     spec = TrainingSpec(
         models=models, batch_per_gpu=args.batch_per_gpu, gpus=_int_list(args.gpus, "--gpus"),
         aggregations=aggregations, precision=args.precision, device=args.device,
@@ -415,8 +420,11 @@ def cmd_train(args) -> int:
                     sharding=args.ps_sharding, staleness=_consistency(args.consistency),
                     local_aggregation=args.ps_local_aggregation),
         measured_csv=args.compute,
-        compression=parse_compression(args.compression) if args.compression else None,
-        library=_training_library(args, graph))
+        compression=compression, library=_training_library(args, graph, compressed),
+        framework=parse_framework(args.framework),
+        single_gpu_throughput=parse_throughput(args.single_gpu_throughput,
+                                               what="--single-gpu-throughput")
+        if args.single_gpu_throughput else None)
     frame = run_training(graph, spec)
     if args.format == "table":
         print(format_training_table(frame))
@@ -434,22 +442,19 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _training_library(args, graph):
-    """``--library`` of ``train``: ``ideal`` unless asked (training on the library model is
-    opt-in until its validation against measured training runs lands)."""
-    from .library import get_library, graph_settings
+def _training_library(args, graph, compressed: bool = False):
+    """``--library`` of ``train``: the topology's default (``nccl`` on GPU clusters) unless
+    asked; each bucket's protocol is the library's choice."""
+    from .library import training_library
 
-    if args.library is None:
-        if args.protocol or args.launch or args.nccl_version:
-            raise ConfigError("--protocol, --launch and --nccl-version need --library nccl")
-        return None
-    lib = library_args(args, graph)
-    if lib["library"] == "ideal":
-        return None
-    if lib["protocol"]:
+    if args.protocol:
         raise ConfigError("--protocol: train lets the library choose each bucket's protocol")
-    return get_library("nccl", **graph_settings(graph, "nccl", {
-        "version": lib["version"], "launch": lib["launch"] or "mpi"}))
+    if args.library is None:
+        return training_library(graph, None, launch=args.launch, version=args.nccl_version,
+                                compressed=compressed)
+    lib = library_args(args, graph)
+    return training_library(graph, lib["library"], launch=lib["launch"],
+                            version=lib["version"], compressed=compressed)
 
 
 def cmd_sweep(args) -> int:
@@ -580,6 +585,13 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--compression", default=None, metavar="FORMAT",
                     help="gradient compression: none, fp16, bf16, topk:FRACTION (e.g. "
                          "topk:0.01) or onebit")
+    tr.add_argument("--framework", default=None,
+                    help="how gradients become calls: ddp, apex-ddp, horovod, horovod-0.21, "
+                         "tf-replicated, per_layer, size:BYTES or cycle:BYTES:TIME (default: "
+                         "buckets of --bucket)")
+    tr.add_argument("--single-gpu-throughput", default=None, metavar="RATE",
+                    help="measured throughput of one GPU (e.g. 134img/s): fixes one "
+                         "iteration's compute; the compute model only splits it over layers")
     add_library_arguments(tr)
     tr.add_argument("--format", choices=["table", "csv", "json"], default="table")
     tr.add_argument("-o", "--output", default=None, help="folder for results.csv and plots")

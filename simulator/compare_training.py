@@ -129,7 +129,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     """
     from .library import resolve_library
     from .workload.frameworks import detect_framework
-    from .workload.sweep import TrainingSpec, run_training_point
+    from .workload.sweep import TrainingSpec
 
     if anchor not in ANCHORS:
         raise ConfigError(f"anchor must be one of {', '.join(ANCHORS)}, got {anchor!r}")

@@ -35,7 +35,7 @@ import pandas as pd
 from .config import Where, as_list, check_keys, read_text_file, read_yaml
 from .errors import ClusterSimError, ConfigError
 from .schedules import COLLECTIVES, get_algorithm
-from .units import parse_size
+from .units import parse_size, parse_throughput
 
 #: The workload sections; a scenario has exactly one.
 WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
@@ -47,7 +47,7 @@ PS_KEYS = ("servers", "placement", "shards", "overlap")
 REPORT_KEYS = ("plots",)
 TRAINING_KEYS = ("models", "batch_per_gpu", "gpus", "aggregations", "precision", "device",
                  "bucket", "overlap", "slices", "ps", "compute", "stragglers", "failure",
-                 "compression")
+                 "compression", "framework", "single_gpu_throughput")
 COMPRESSION_KEYS = ("kind", "fraction", "error_feedback", "chunk_elements", "selection_passes")
 STRAGGLER_KEYS = ("count", "factors")
 FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "restart", "reform",
@@ -271,6 +271,7 @@ def _failure(data, where: Where):
 
 
 def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
+    from .workload.frameworks import parse_framework
     from .workload.models import MODELS
     from .workload.sweep import PRECISIONS, TrainingSpec, is_aggregation
 
@@ -312,6 +313,11 @@ def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
         overlap=_bool(data.get("overlap", True), where, path + ("overlap",)),
         slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
         ps=_training_ps(data.get("ps", {}), where), measured_csv=measured, seed=seed,
+        framework=_quantity(parse_framework, data.get("framework"), where,
+                            path + ("framework",)) if "framework" in data else None,
+        single_gpu_throughput=_quantity(parse_throughput, data["single_gpu_throughput"], where,
+                                        path + ("single_gpu_throughput",))
+        if "single_gpu_throughput" in data else None,
         **_compression_fields(data, where),
         **_straggler_fields(data, where), **_failure_fields(data, where))
 
@@ -620,9 +626,13 @@ def _library(data, where: Where, workload: str) -> dict | None:
     if name not in LIBRARIES:
         raise where.error(("library", "name"), f"unknown library {name!r}; valid: "
                                                f"{', '.join(LIBRARIES)}")
-    if workload != "collective":
-        raise where.error(("library",), f"the library applies to collective sweeps; a "
-                                        f"{workload} workload runs on the ideal library")
+    if workload not in ("collective", "training"):
+        raise where.error(("library",), f"the library applies to collective sweeps and "
+                                        f"training; a {workload} workload runs on the ideal "
+                                        f"library")
+    if workload == "training" and "protocol" in data:
+        raise where.error(("library", "protocol"), "training lets the library choose each "
+                                                   "bucket's protocol")
     out = {"name": name}
     for key in ("protocol", "launch", "nccl_version"):
         if key not in data:
@@ -801,7 +811,7 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
     if scenario.training is not None:
         from .workload.sweep import run_training_point
 
-        result = run_training_point(graph, scenario.training, *point,
+        result = run_training_point(graph, scenario_training(scenario, graph), *point,
                                     record_rates=record_rates)
     else:
         sweep = scenario.collective
@@ -828,6 +838,24 @@ def scenario_library(scenario: Scenario, graph) -> dict:
     lib = get_library("nccl", **graph_settings(graph, "nccl", {
         "version": spec.get("nccl_version"), "launch": spec.get("launch")}))
     return {"library": lib, "protocol": spec.get("protocol")}
+
+
+def scenario_training(scenario: Scenario, graph):
+    """The scenario's training spec with its collective library: the ``library:`` section,
+    else the topology's default (``nccl`` on GPU clusters; bare wires for compressed
+    gradients)."""
+    import dataclasses
+
+    from .library import training_library
+
+    spec = scenario.training
+    if spec.library is not None:
+        return spec
+    named = scenario.library or {}
+    compressed = any(not fmt.identity for fmt in spec.formats())
+    library = training_library(graph, named.get("name"), launch=named.get("launch"),
+                               version=named.get("nccl_version"), compressed=compressed)
+    return dataclasses.replace(spec, library=library) if library is not None else spec
 
 
 def run_point(scenario: Scenario, point: tuple, graph=None) -> dict:

@@ -194,6 +194,33 @@ def parse_rate(value, *, what: str | None = None, allow_zero: bool = False) -> f
     return _parse_positive(value, "rate", what, allow_zero)
 
 
+#: Units a training throughput may carry (all mean samples per second).
+THROUGHPUT_UNITS = ("img/s", "images/s", "samples/s", "sample/s", "seq/s", "sequences/s", "/s")
+
+
+def parse_throughput(value, *, what: str | None = None) -> float:
+    """Training throughput in samples/s from ``134``, ``"134 img/s"``, ``"2.5e3 samples/s"``."""
+    text = value
+    if isinstance(value, str):
+        text = value.strip()
+        for unit in THROUGHPUT_UNITS:
+            if text.lower().endswith(unit):
+                text = text[: -len(unit)].strip()
+                break
+    head = f"{what}: " if what else ""
+    try:
+        if isinstance(text, bool):
+            raise ValueError
+        number = float(text)
+    except (TypeError, ValueError):
+        raise UnitError(f"{head}cannot parse throughput {value!r}: expected a number of "
+                        f"samples per second; accepted units: {', '.join(THROUGHPUT_UNITS)} "
+                        f"(e.g. 134img/s)") from None
+    if not (math.isfinite(number) and number > 0):
+        raise UnitError(f"{head}cannot parse throughput {value!r}: must be finite and > 0")
+    return number
+
+
 def _format(value: float, spellings: list[str]) -> str:
     """Pick the largest listed unit not above |value|; at most 3 decimals, trailing zeros cut."""
     units = [_BY_SPELLING[s] for s in spellings]

@@ -1,6 +1,7 @@
 """Frameworks' bucket policies, compute anchored on a measured GPU, and ``compare`` on training
 tables: hand-derived buckets, exact anchoring, and comparisons whose numbers move with inputs."""
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,56 @@ def test_training_flags_on_a_collective_file_are_refused():
     done = _cli("compare", str(csv), "--topology", "dgx-a100", "--anchor", "model")
     assert done.returncode == 2
     assert "applies to training files" in done.stderr
+
+
+# -- train and scenarios take the framework, the measured GPU and the library -------------------
+
+def _train_csv(*extra):
+    done = _cli("train", "--topology", "dgx1-v100", "--param", "nodes=2", "--param",
+                "nics_per_node=1", "--model", "resnet50", "--gpus", "1,16",
+                "--batch-per-gpu", "64", "--format", "csv", *extra)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout))
+    return frame.set_index("gpus")
+
+
+def test_train_single_gpu_throughput_fixes_the_one_gpu_iteration():
+    frame = _train_csv("--single-gpu-throughput", "320img/s")
+    assert frame.loc[1, "throughput_samples_s"] == pytest.approx(320.0)
+    assert frame.loc[1, "iteration_s"] == pytest.approx(64 / 320.0)
+
+
+def test_train_per_layer_calls_cost_more_than_fused_buckets_on_the_library():
+    fused = _train_csv("--framework", "horovod", "--single-gpu-throughput", "320img/s")
+    per_layer = _train_csv("--framework", "per_layer", "--single-gpu-throughput", "320img/s")
+    assert per_layer.loc[16, "comm_busy_s"] > fused.loc[16, "comm_busy_s"]
+
+
+def test_scenario_training_takes_framework_throughput_and_library(tmp_path):
+    from simulator.scenario import load_scenario, scenario_training
+
+    text = """name: t
+topology: dgx1-v100
+training:
+  models: [resnet50]
+  gpus: [1, 8]
+  aggregations: [ring]
+  framework: horovod
+  single_gpu_throughput: 300 img/s
+library: {name: ideal}
+"""
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    scenario = load_scenario(str(path))
+    assert scenario.training.framework.name == "horovod"
+    assert scenario.training.single_gpu_throughput == 300.0
+    graph = load_topology("dgx1-v100")
+    assert scenario_training(scenario, graph).library is None
+    path.write_text(text.replace("library: {name: ideal}\n", ""))
+    assert scenario_training(load_scenario(str(path)), graph).library.name == "nccl"
+    path.write_text(text.replace("{name: ideal}", "{name: nccl, protocol: LL}"))
+    with pytest.raises(ConfigError, match="library.protocol"):
+        load_scenario(str(path))
+    path.write_text(text.replace("300 img/s", "fast"))
+    with pytest.raises(ConfigError, match="single_gpu_throughput"):
+        load_scenario(str(path))

@@ -46,6 +46,22 @@ def resolve_library(name, graph, **settings):
     return get_library(name, **graph_settings(graph, name, settings))
 
 
+def training_library(graph, name: str | None = None, *, launch=None, version=None,
+                     compressed: bool = False):
+    """The library of training's gradient buckets, or None for bare wires.
+
+    ``name`` if given, else the topology's default (:func:`default_library`), except that
+    compressed gradients, whose (de)compression kernels share the devices with the
+    collectives and need the event engine, stay on bare wires unless ``nccl`` is named. The
+    launch mode is left to the training framework unless ``launch`` names one."""
+    if name is None:
+        name = "ideal" if compressed else default_library(graph)
+    if name == "ideal":
+        return None
+    return get_library(name, **graph_settings(graph, name, {"version": version,
+                                                            "launch": launch}))
+
+
 def graph_settings(graph, name: str, settings: dict | None = None) -> dict:
     """The settings of library ``name`` a topology carries, overridden by ``settings``
     (entries that are None do not override)."""
