@@ -408,6 +408,7 @@ def cmd_train(args) -> int:
         raise ConfigError(f"--compute: file {args.compute!r} not found")
     from .units import parse_throughput
     from .workload.frameworks import parse_framework
+    from .workload.ps_impls import get_ps_impl
 
     compression = parse_compression(args.compression) if args.compression else None
     compressed = compression is not None and not compression.identity
@@ -418,7 +419,8 @@ def cmd_train(args) -> int:
         slices=args.slices,
         ps=PsConfig(servers=_servers(args.ps_servers), placement=args.ps_placement,
                     sharding=args.ps_sharding, staleness=_consistency(args.consistency),
-                    local_aggregation=args.ps_local_aggregation),
+                    local_aggregation=args.ps_local_aggregation,
+                    impl=get_ps_impl(args.ps_impl).name),
         measured_csv=args.compute,
         compression=compression, library=_training_library(args, graph, compressed),
         framework=parse_framework(args.framework),
@@ -576,6 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--ps-sharding", choices=["round_robin", "greedy", "even"],
                     default="round_robin")
     tr.add_argument("--consistency", default="bsp", help="bsp, ssp:K or async (PS only)")
+    tr.add_argument("--ps-impl", default="ideal",
+                    help="parameter-server implementation: ideal (bare wires), tf-grpc, "
+                         "mxnet-kvstore or byteps (transport framing and host copies)")
     tr.add_argument("--ps-local-aggregation", action="store_true",
                     help="reduce inside each machine first, one push/pull per machine "
                          "(TensorFlow distributed_replicated)")
@@ -587,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "topk:0.01) or onebit")
     tr.add_argument("--framework", default=None,
                     help="how gradients become calls: ddp, apex-ddp, horovod, horovod-0.21, "
-                         "tf-replicated, per_layer, size:BYTES or cycle:BYTES:TIME (default: "
+                         "tf-per-variable, per_layer, size:BYTES or cycle:BYTES:TIME (default: "
                          "buckets of --bucket)")
     tr.add_argument("--single-gpu-throughput", default=None, metavar="RATE",
                     help="measured throughput of one GPU (e.g. 134img/s): fixes one "

@@ -355,7 +355,7 @@ def add_compare_parsers(subparsers) -> None:
     c.add_argument("--framework", default=None,
                    help="training files: auto (detect from each row's framework text; the "
                         "default), a registered framework (ddp, apex-ddp, horovod, "
-                        "horovod-0.21, tf-replicated), per_layer, size:BYTES or "
+                        "horovod-0.21, tf-per-variable), per_layer, size:BYTES or "
                         "cycle:BYTES:TIME")
     c.add_argument("--anchor", choices=["measured", "model"], default=None,
                    help="training files: one GPU's compute from the row's measured single-GPU "

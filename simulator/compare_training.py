@@ -82,12 +82,18 @@ def precision_name(text: str, where: str = "") -> str:
 def default_ps(record: dict, base=None):
     """The parameter servers a ``ps`` point ran: TensorFlow's benchmarks put one on every
     worker machine's CPU (``local_parameter_device=cpu``), variables round-robin;
-    ``distributed_replicated`` reduces inside each machine before pushing."""
+    ``distributed_replicated`` reduces inside each machine before pushing; the implementation
+    (gRPC, ps-lite, BytePS) follows the framework text (:func:`~simulator.workload.ps_impls.
+    detect_ps_impl`)."""
+    from .workload.ps_impls import detect_ps_impl
     from .workload.training import PsConfig
 
     base = base or PsConfig(servers="per_node", placement="colocated")
-    local = "distributed_replicated" in str(record.get("framework", "")).lower()
-    return dataclasses.replace(base, local_aggregation=base.local_aggregation or local)
+    text = str(record.get("framework", ""))
+    local = "distributed_replicated" in text.lower()
+    impl = base.impl if base.impl != "ideal" else detect_ps_impl(text).name
+    return dataclasses.replace(base, local_aggregation=base.local_aggregation or local,
+                               impl=impl)
 
 
 def _aggregation(arch: str, library_name: str, where: str) -> tuple[str, str | None]:

@@ -53,7 +53,7 @@ STRAGGLER_KEYS = ("count", "factors")
 FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "restart", "reform",
                 "policies")
 TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations",
-                    "local_aggregation")
+                    "local_aggregation", "impl")
 ZERO_KEYS = ("model", "device", "gpus", "micro_batch", "precision", "stages", "prefetch",
              "checkpointing", "group", "algorithm")
 PIPELINE_KEYS = ("model", "device", "stages", "replicas", "micro_batch", "micro_batches",
@@ -206,6 +206,7 @@ def _collective(data, where: Where) -> CollectiveSweep:
 
 
 def _training_ps(data, where: Where):
+    from .workload.ps_impls import PS_IMPLS
     from .workload.training import PsConfig
 
     path = ("training", "ps")
@@ -232,7 +233,8 @@ def _training_ps(data, where: Where):
         staleness=staleness,
         iterations=_int(data.get("iterations", 4), where, path + ("iterations",), 2),
         local_aggregation=_bool(data.get("local_aggregation", False), where,
-                                path + ("local_aggregation",)))
+                                path + ("local_aggregation",)),
+        impl=_choice(data.get("impl", "ideal"), where, path + ("impl",), tuple(PS_IMPLS)))
 
 
 def _stragglers(data, where: Where) -> tuple[int, tuple[float, ...]]:

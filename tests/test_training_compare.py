@@ -29,7 +29,7 @@ MiB = 1 << 20
 
 def test_per_layer_buckets_are_each_layer_with_gradients_at_its_backward_end():
     grads, bwd = [100, 0, 300, 400], [1.0, 2.0, 3.0, 4.0]
-    buckets = make_buckets(grads, bwd, 10**9, True, FRAMEWORKS["tf-replicated"])
+    buckets = make_buckets(grads, bwd, 10**9, True, FRAMEWORKS["tf-per-variable"])
     # backward order: layer 3 (done 4), 2 (7), 1 (9, no gradient), 0 (10)
     assert [(b.layers, b.size_bytes, b.ready_s) for b in buckets] == [
         ((3,), 400, 4.0), ((2,), 300, 7.0), ((0,), 100, 10.0)]
@@ -65,7 +65,7 @@ def test_negotiation_is_hops_times_the_farthest_path_latency():
     ("NGC MXNet 1.6.0 (nvcr 20.03) + DALI + Horovod", "horovod"),
     ("NGC PyTorch 1.5.0a0 (nvcr 20.03) + DALI + APEX DDP", "apex-ddp"),
     ("PyTorch 1.6.0 pytorch/examples DDP", "ddp"),
-    ("TensorFlow (tf_cnn_benchmarks, TF hash b1e174e): replicated (with NCCL)", "tf-replicated"),
+    ("TensorFlow (tf_cnn_benchmarks, TF hash b1e174e): replicated (with NCCL)", "tf-per-variable"),
     ("Horovod 0.28.1 + PyTorch 2.0", "horovod-0.21"),
 ])
 def test_framework_detected_from_the_measurement_text(text, name):

@@ -16,7 +16,7 @@ data; :func:`simulator.workload.training.make_buckets` applies it. Policies:
 ``per_layer``
     No fusion: one all-reduce per layer, issued as soon as backward has produced it (TensorFlow
     ``tf_cnn_benchmarks`` 2017, ``variable_update=replicated``, ``use_nccl=True``, before
-    ``--gradient_repacking`` existed; TensorFlow issues one call per *variable*, and a layer's
+    ``--gradient_repacking`` existed, and its parameter-server modes; TensorFlow issues one call per *variable*, and a layer's
     weight and bias come back to back, so a layer is one call here).
 
 Every constant carries its source. :func:`detect_framework` maps the free-text ``framework``
@@ -106,11 +106,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         launch="mpi",
         source="Horovod v0.21.0 changelog (#2468): cycle time 1 ms, fusion threshold 128 MB"),
     Framework(
-        "tf-replicated", "per_layer", launch="group",
-        source="tensorflow/benchmarks tf_cnn_benchmarks (2017): variable_update=replicated, "
-               "use_nccl=True all-reduces every gradient tensor with its own NCCL call "
-               "(gradient_repacking came later, default 0); one process drives the "
-               "machine's GPUs"),
+        "tf-per-variable", "per_layer", launch="group",
+        source="tensorflow/benchmarks tf_cnn_benchmarks (2017): every gradient tensor is its "
+               "own transfer (parameter_server, distributed_replicated) or its own NCCL "
+               "all-reduce (replicated with use_nccl=True; gradient_repacking came later, "
+               "default 0); one process drives the machine's GPUs"),
 )}
 
 #: Free-text framework descriptions -> registry names, first match wins (case-insensitive).
@@ -120,7 +120,7 @@ _PATTERNS = (
     (r"horovod", "horovod"),
     (r"apex", "apex-ddp"),
     (r"pytorch|torch|ddp", "ddp"),
-    (r"tensorflow.*replicated|tf_cnn_benchmarks.*replicated", "tf-replicated"),
+    (r"tf_cnn_benchmarks", "tf-per-variable"),
 )
 
 

@@ -68,6 +68,7 @@ class PsConfig:
     iterations: int = 4               # iterations simulated (the first is warm-up)
     local_aggregation: bool = False   # reduce inside each machine first (TF
     #                                   distributed_replicated): one push/pull per machine
+    impl: str = "ideal"               # implementation (:mod:`.ps_impls`): transport, copies
 
     @property
     def consistency(self) -> str:
@@ -264,6 +265,10 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
                            negotiation_s(graph, workers, framework))
     library = _launched(library, framework, graph, workers)
+    if aggregation == "ps":
+        from .ps_impls import get_ps_impl, wire_graph
+
+        graph = wire_graph(graph, get_ps_impl((ps or PsConfig()).impl))
     engine = Engine(graph, record_rates=record_rates)
     staleness: list[int] = []
     codec = _Codec(graph, compression or Compression(), precision)
@@ -598,6 +603,12 @@ def _transfer_schedule(kind: str, shares: np.ndarray, servers: int, reduce: bool
     return b.build()
 
 
+def _host_cpu(graph, node: str) -> str:
+    """The CPU node of ``node``'s machine (``node`` itself where there is none)."""
+    cpu = f"n{graph.nodes[node].get('node_index', -1)}.cpu"
+    return cpu if "node_index" in graph.nodes[node] and cpu in graph else node
+
+
 def _groups(graph, workers: list[str], local: bool) -> list[list[str]]:
     """PS clients: every GPU alone, or (local aggregation) the GPUs of each machine together."""
     if not local:
@@ -625,8 +636,11 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     server, FIFO with the other workers' pushes); pulls carry dense parameters (half-precision
     ones with fp16/bf16, which the worker casts back before its forward).
     """
+    from .ps_impls import get_ps_impl
+
     codec = codec or _Codec(graph, Compression(), "fp32")
     plain = codec.format.identity
+    impl = get_ps_impl(ps.impl)
     groups = _groups(graph, workers, ps.local_aggregation)
     n, servers = len(groups), server_count(graph, workers, ps)
     factor_of = dict(zip(workers, slow or [1.0] * len(workers)))
@@ -651,9 +665,10 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
         return out
 
     model_shares = shares_of(range(len(grad)))
+    push_shares = [shares_of(b.layers) for b in buckets]
     if plain:
-        push_schedules = [_transfer_schedule("push", shares_of(b.layers), servers)
-                          for b in buckets]
+        push_schedules = [_transfer_schedule("push", shares, servers)
+                          for shares in push_shares]
         pull_schedule = _transfer_schedule("pull", model_shares, servers)
     else:
         # per bucket: (server, one-transfer push of its compressed share, server memory traffic)
@@ -678,6 +693,29 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
                     for L in local_size for k, b in enumerate(buckets)}
     local_bcast = {L: make_schedule("tree", "broadcast", L, int(model_shares.sum()),
                                     segments=LOCAL_SEGMENTS) for L in local_size}
+
+    host_of = {node: _host_cpu(graph, node) for node in server_nodes + [g[0] for g in groups]}
+
+    def remote(leader, k) -> bool:
+        return host_of[leader] != host_of[server_nodes[k]]
+
+    def copies(jobs, label, fn):
+        """Host copies ``(node, bytes, copies)``, each on its machine's CPU queue (in
+        parallel across machines); ``fn()`` after the last."""
+        jobs = [(host_of[n], b, c) for n, b, c in jobs
+                if impl.copy_seconds(graph, host_of[n], b, c) > 0]
+        if not jobs:
+            fn()
+            return
+        left = {"n": len(jobs)}
+
+        def one_done():
+            left["n"] -= 1
+            if left["n"] == 0:
+                fn()
+
+        for node, size, count in jobs:
+            engine.compute(node, impl.copy_seconds(graph, node, size, count), label, one_done)
 
     def then(schedule, nodes, label, fn):
         """Run ``schedule`` on ``nodes`` (skipped for a single GPU), then call ``fn()``."""
@@ -722,10 +760,22 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
             then(local_bcast.get(len(groups[w])), groups[w], f"bcast w{w} it{it}",
                  lambda: pulled(w, it, t0))
 
-        run = engine.launch(pull_schedule, placement, label=f"pull w{w} it{it}")
-        run.done_event.callbacks.append(
-            lambda _e: engine.compute(leader, codec.seconds(leader, unpack_traffic) * pace[w],
-                                      "unpack", broadcast))
+        far = [k for k in range(servers) if remote(leader, k) and model_shares[k] > 0]
+
+        def unpack():
+            engine.compute(leader, codec.seconds(leader, unpack_traffic) * pace[w], "unpack",
+                           broadcast)
+
+        def received(_e=None):
+            copies([(leader, sum(int(model_shares[k]) for k in far), impl.receive_copies)],
+                   f"pull copy w{w}", unpack)
+
+        def launch_pull():
+            run = engine.launch(pull_schedule, placement, label=f"pull w{w} it{it}")
+            run.done_event.callbacks.append(received)
+
+        copies([(server_nodes[k], int(model_shares[k]), impl.send_copies) for k in far],
+               f"pull send copy w{w}", launch_pull)
 
     def pulled(w, it, t0):
         intervals[w].append((t0, engine.env.now))
@@ -744,8 +794,21 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
 
         def send():
             if plain:
-                run = engine.launch(push_schedules[k], placement, label=f"push w{w} it{it} b{k}")
-                run.done_event.callbacks.append(lambda _e: pushed_bucket(w, it, t0, remaining))
+                shares = push_shares[k]
+                far = [s for s in range(servers) if remote(leader, s) and shares[s] > 0]
+
+                def received(_e=None):
+                    copies([(server_nodes[s], int(shares[s]), impl.receive_copies)
+                            for s in far], f"push copy b{k}",
+                           lambda: pushed_bucket(w, it, t0, remaining))
+
+                def launch_push():
+                    run = engine.launch(push_schedules[k], placement,
+                                        label=f"push w{w} it{it} b{k}")
+                    run.done_event.callbacks.append(received)
+
+                copies([(leader, sum(int(shares[s]) for s in far), impl.send_copies)],
+                       f"push send copy b{k}", launch_push)
                 return
             left = {"n": len(push_schedules[k])}
 
