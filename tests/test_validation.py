@@ -9,9 +9,9 @@ points of its recorded absolute error (or get better).
 
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
+from simulator.measure.schema import read_training
 from simulator.validation import tf_benchmarks_k80
 
 DATA = Path(__file__).parent / "data" / "training" / "train_tf_benchmarks_2017_ps_vs_replicated.csv"
@@ -30,7 +30,7 @@ RECORDED = {
 
 @pytest.fixture(scope="module")
 def errors():
-    return tf_benchmarks_k80(pd.read_csv(DATA))
+    return tf_benchmarks_k80(read_training(DATA))
 
 
 def test_every_distributed_k80_point_is_simulated(errors):
