@@ -367,16 +367,19 @@ def _servers(text: str):
     raise ConfigError(f"--ps-servers expects a positive integer or per_node, got {text!r}")
 
 
-def _consistency(text: str):
-    """``bsp``, ``async`` or ``ssp:K`` -> staleness bound (0, None, K)."""
+def _consistency(text: str) -> dict:
+    """``bsp``, ``async``, ``ssp:K`` or ``easgd:TAU`` -> PsConfig fields."""
     if text == "bsp":
-        return 0
+        return {"staleness": 0}
     if text == "async":
-        return None
+        return {"staleness": None}
     kind, _, k = text.partition(":")
     if kind == "ssp" and k.isdigit() and int(k) >= 1:
-        return int(k)
-    raise ConfigError(f"--consistency expects bsp, ssp:K (K >= 1) or async, got {text!r}")
+        return {"staleness": int(k)}
+    if kind == "easgd" and k.isdigit() and int(k) >= 1:
+        return {"staleness": None, "easgd_tau": int(k)}
+    raise ConfigError(f"--consistency expects bsp, ssp:K (K >= 1), async or easgd:TAU "
+                      f"(TAU >= 1), got {text!r}")
 
 
 def cmd_train(args) -> int:
@@ -418,7 +421,8 @@ def cmd_train(args) -> int:
         bucket_bytes=parse_size(args.bucket, what="--bucket"), overlap=not args.no_overlap,
         slices=args.slices,
         ps=PsConfig(servers=_servers(args.ps_servers), placement=args.ps_placement,
-                    sharding=args.ps_sharding, staleness=_consistency(args.consistency),
+                    sharding=args.ps_sharding, **_consistency(args.consistency),
+                    hierarchy=args.ps_hierarchy,
                     local_aggregation=args.ps_local_aggregation,
                     impl=get_ps_impl(args.ps_impl).name),
         measured_csv=args.compute,
@@ -577,7 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--ps-placement", choices=["dedicated", "colocated"], default="dedicated")
     tr.add_argument("--ps-sharding", choices=["round_robin", "greedy", "even"],
                     default="round_robin")
-    tr.add_argument("--consistency", default="bsp", help="bsp, ssp:K or async (PS only)")
+    tr.add_argument("--consistency", default="bsp",
+                    help="bsp, ssp:K, async, or easgd:TAU (elastic averaging: exchange with the "
+                         "center every TAU local iterations) (PS only)")
+    tr.add_argument("--ps-hierarchy", choices=["none", "machine", "rack"], default="none",
+                    help="aggregators between workers and servers: each machine's GPUs, or "
+                         "each leaf switch's workers, reduce to one that pushes and pulls")
     tr.add_argument("--ps-impl", default="ideal",
                     help="parameter-server implementation: ideal (bare wires), tf-grpc, "
                          "mxnet-kvstore or byteps (transport framing and host copies)")

@@ -53,7 +53,7 @@ STRAGGLER_KEYS = ("count", "factors")
 FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "restart", "reform",
                 "policies")
 TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations",
-                    "local_aggregation", "impl")
+                    "local_aggregation", "impl", "tau", "hierarchy")
 ZERO_KEYS = ("model", "device", "gpus", "micro_batch", "precision", "stages", "prefetch",
              "checkpointing", "group", "algorithm")
 PIPELINE_KEYS = ("model", "device", "stages", "replicas", "micro_batch", "micro_batches",
@@ -212,8 +212,14 @@ def _training_ps(data, where: Where):
     path = ("training", "ps")
     check_keys(data, where, path, TRAINING_PS_KEYS)
     consistency = _choice(data.get("consistency", "bsp"), where, path + ("consistency",),
-                          ("bsp", "ssp", "async"))
-    staleness = 0
+                          ("bsp", "ssp", "async", "easgd"))
+    staleness, tau = 0, None
+    if consistency == "easgd":
+        tau = _int(data.get("tau", 1), where, path + ("tau",), 1)
+        staleness = None
+    elif "tau" in data:
+        raise where.error(path + ("tau",), f"only meaningful with consistency: easgd "
+                                           f"(here {consistency})")
     if consistency == "ssp":
         staleness = _int(data.get("staleness", 1), where, path + ("staleness",), 1)
     elif "staleness" in data:
@@ -234,7 +240,10 @@ def _training_ps(data, where: Where):
         iterations=_int(data.get("iterations", 4), where, path + ("iterations",), 2),
         local_aggregation=_bool(data.get("local_aggregation", False), where,
                                 path + ("local_aggregation",)),
-        impl=_choice(data.get("impl", "ideal"), where, path + ("impl",), tuple(PS_IMPLS)))
+        impl=_choice(data.get("impl", "ideal"), where, path + ("impl",), tuple(PS_IMPLS)),
+        easgd_tau=tau,
+        hierarchy=_choice(data.get("hierarchy", "none"), where, path + ("hierarchy",),
+                          ("none", "machine", "rack")))
 
 
 def _stragglers(data, where: Where) -> tuple[int, tuple[float, ...]]:

@@ -79,3 +79,58 @@ def test_detect_and_unknown_names():
     with pytest.raises(ConfigError, match="valid: byteps, ideal, mxnet-kvstore, tf-grpc"):
         get_ps_impl("grpc")
     assert dataclasses.replace(PsConfig(), impl="byteps").impl == "byteps"
+
+
+# -- elastic averaging and rack aggregators -----------------------------------------------------
+
+@pytest.mark.parametrize("tau", [1, 4, 16])
+def test_easgd_iteration_and_traffic_are_the_hand_derived_values(tau):
+    star = load_topology("star", {"hosts": 2, "link_bandwidth": "1GB/s", "link_latency": "0us"})
+    prof = profile(4, forward_s=0.01, backward_s=0.02, optimizer_s=0.001)
+    row = simulate_training(star, prof, gpus=1, batch_per_gpu=1, aggregation="ps",
+                            model_name="toy", gradient_bytes=[25_000_000] * 4,
+                            ps=PsConfig(servers=1, easgd_tau=tau)).row
+    step = 4 * (0.01 + 0.02) + 0.001
+    exchange = 2 * 100e6 / 1e9            # push the elastic difference, pull the center
+    assert row["iteration_s"] == pytest.approx(step + exchange / tau, rel=1e-12)
+    assert row["wire_bytes_per_iteration"] == pytest.approx(2 * 100e6 / tau)
+    assert row["consistency"] == f"easgd{tau}"
+
+
+def test_rack_aggregators_cut_server_traffic_by_the_rack_size():
+    from simulator.workload.sweep import TrainingSpec, run_training_point
+
+    tree = load_topology("fat_tree", {"hosts_per_leaf": 4, "leaves": 4})
+    rows = {}
+    for level in ("none", "rack"):
+        spec = TrainingSpec(models=("resnet50",), batch_per_gpu=32, gpus=(8,),
+                            aggregations=("ps",), device="v100-sxm2-16gb",
+                            ps=PsConfig(servers=1, hierarchy=level))
+        rows[level] = run_training_point(tree, spec, "resnet50", "ps", 8).row
+    # 8 workers under 2 leaves: 8 pushes per iteration become 2
+    assert rows["rack"]["ps_in_bytes_per_iteration"] == pytest.approx(
+        rows["none"]["ps_in_bytes_per_iteration"] * 2 / 8)
+    assert rows["rack"]["ps_out_bytes_per_iteration"] == pytest.approx(
+        rows["none"]["ps_out_bytes_per_iteration"] * 2 / 8)
+    assert rows["rack"]["iteration_s"] < rows["none"]["iteration_s"]
+
+
+def test_easgd_and_hierarchy_from_cli_and_scenario(tmp_path):
+    from simulator.cli import main
+    from simulator.scenario import load_scenario
+
+    assert main(["train", "--topology", "fat_tree", "--device", "v100-sxm2-16gb", "--model",
+                 "resnet50", "--gpus", "8", "--aggregation", "ps-easgd4", "--ps-hierarchy",
+                 "rack", "--format", "csv"]) == 0
+    assert main(["train", "--topology", "fat_tree", "--device", "v100-sxm2-16gb", "--model",
+                 "resnet50", "--gpus", "8", "--aggregation", "ps", "--consistency",
+                 "easgd:0"]) == 2
+    path = tmp_path / "s.yaml"
+    path.write_text("name: e\ntopology: fat_tree\ntraining:\n  models: [resnet50]\n"
+                    "  gpus: [8]\n  aggregations: [ps]\n  device: v100-sxm2-16gb\n"
+                    "  ps: {consistency: easgd, tau: 8, hierarchy: rack}\n")
+    ps = load_scenario(str(path)).training.ps
+    assert (ps.easgd_tau, ps.hierarchy, ps.consistency) == (8, "rack", "easgd8")
+    path.write_text(path.read_text().replace("consistency: easgd, ", ""))
+    with pytest.raises(ConfigError, match="tau"):
+        load_scenario(str(path))

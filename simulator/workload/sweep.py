@@ -79,19 +79,23 @@ class TrainingSpec:
 
 
 def resolve_aggregation(name: str, ps: PsConfig) -> tuple[str, PsConfig]:
-    """``ps-async`` / ``ps-sspK`` / ``ps-bsp`` -> (``ps``, config with that consistency)."""
-    match = re.fullmatch(r"ps-(bsp|async|ssp(\d+))", name)
+    """``ps-async`` / ``ps-sspK`` / ``ps-bsp`` / ``ps-easgdT`` -> (``ps``, config with that
+    consistency)."""
+    match = re.fullmatch(r"ps-(bsp|async|ssp(\d+)|easgd(\d+))", name)
     if name == "ps" or not match:
         return name, ps
+    if match.group(3):
+        return "ps", dataclasses.replace(ps, staleness=None, easgd_tau=int(match.group(3)))
     staleness = 0 if match.group(1) == "bsp" else None if match.group(1) == "async" \
         else int(match.group(2))
-    return "ps", dataclasses.replace(ps, staleness=staleness)
+    return "ps", dataclasses.replace(ps, staleness=staleness, easgd_tau=None)
 
 
 def is_aggregation(name: str) -> bool:
-    """A valid aggregation name: ``ps``, ``ps-bsp``, ``ps-async``, ``ps-sspK`` (K >= 1), or an
-    all-reduce algorithm (checked by the caller)."""
-    return name == "ps" or re.fullmatch(r"ps-(bsp|async|ssp[1-9]\d*)", name) is not None
+    """A valid aggregation name: ``ps``, ``ps-bsp``, ``ps-async``, ``ps-sspK`` (K >= 1),
+    ``ps-easgdT`` (T >= 1), or an all-reduce algorithm (checked by the caller)."""
+    return name == "ps" or re.fullmatch(r"ps-(bsp|async|ssp[1-9]\d*|easgd[1-9]\d*)",
+                                        name) is not None
 
 
 def slowdown_vector(gpus: int, factor: float, count: int, seed: int) -> list[float]:

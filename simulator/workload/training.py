@@ -69,12 +69,25 @@ class PsConfig:
     local_aggregation: bool = False   # reduce inside each machine first (TF
     #                                   distributed_replicated): one push/pull per machine
     impl: str = "ideal"               # implementation (:mod:`.ps_impls`): transport, copies
+    easgd_tau: int | None = None      # elastic averaging: exchange with the center every tau
+    #                                   local iterations (None: gradient pushes, BSP/SSP/async)
+    hierarchy: str = "none"           # aggregators: none, machine (= local_aggregation) or
+    #                                   rack (one per leaf switch: its workers reduce to it)
 
     @property
     def consistency(self) -> str:
+        if self.easgd_tau is not None:
+            return f"easgd{self.easgd_tau}"
         if self.staleness is None:
             return "async"
         return "bsp" if self.staleness == 0 else f"ssp{self.staleness}"
+
+    @property
+    def aggregators(self) -> str:
+        """Where pushes are reduced before the servers: ``none``, ``machine`` or ``rack``."""
+        if self.hierarchy != "none":
+            return self.hierarchy
+        return "machine" if self.local_aggregation else "none"
 
 
 @dataclass(frozen=True)
@@ -275,8 +288,12 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     if aggregation == "ps":
         ps = ps or PsConfig()
         iterations = max(2, ps.iterations)
-        iteration_s, comm_busy, rate = _run_ps(engine, graph, workers, grad, buckets, fwd,
-                                               profile, ps, staleness, slow, codec)
+        if ps.easgd_tau is not None:
+            iteration_s, comm_busy, rate, iterations = _run_easgd(
+                engine, graph, workers, grad, profile, ps, slow, codec)
+        else:
+            iteration_s, comm_busy, rate = _run_ps(engine, graph, workers, grad, buckets, fwd,
+                                                   profile, ps, staleness, slow, codec)
     else:
         ps = None
         iterations = 1
@@ -609,14 +626,35 @@ def _host_cpu(graph, node: str) -> str:
     return cpu if "node_index" in graph.nodes[node] and cpu in graph else node
 
 
-def _groups(graph, workers: list[str], local: bool) -> list[list[str]]:
-    """PS clients: every GPU alone, or (local aggregation) the GPUs of each machine together."""
-    if not local:
+def _groups(graph, workers: list[str], level) -> list[list[str]]:
+    """PS clients: every GPU alone (``none``/False), the GPUs of each machine together
+    (``machine``/True: local aggregation), or the workers under each leaf switch (``rack``);
+    a group's first worker is its aggregator."""
+    if level in (False, "none"):
         return [[w] for w in workers]
-    by_machine: dict[int, list[str]] = {}
+    key = (lambda w: _rack(graph, w)) if level == "rack" else \
+        (lambda w: graph.nodes[w].get("node_index", 0))
+    grouped: dict = {}
     for w in workers:
-        by_machine.setdefault(graph.nodes[w].get("node_index", 0), []).append(w)
-    return list(by_machine.values())
+        grouped.setdefault(key(w), []).append(w)
+    return list(grouped.values())
+
+
+def _rack(graph, node: str) -> str:
+    """The first switch reached from ``node`` without crossing a switch (its leaf)."""
+    seen, frontier = {node}, [node]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            for v in sorted(graph.successors(u)):
+                if v in seen:
+                    continue
+                if graph.nodes[v].get("kind") == "switch":
+                    return v
+                seen.add(v)
+                nxt.append(v)
+        frontier = nxt
+    raise ConfigError(f"{node!r} reaches no switch: rack aggregation needs a switched fabric")
 
 
 #: Pipelining of the intra-machine reduce and broadcast of local aggregation.
@@ -641,7 +679,7 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     codec = codec or _Codec(graph, Compression(), "fp32")
     plain = codec.format.identity
     impl = get_ps_impl(ps.impl)
-    groups = _groups(graph, workers, ps.local_aggregation)
+    groups = _groups(graph, workers, ps.aggregators)
     n, servers = len(groups), server_count(graph, workers, ps)
     factor_of = dict(zip(workers, slow or [1.0] * len(workers)))
     pace = [max(factor_of[w] for w in g) for g in groups]   # a machine waits for its slowest
@@ -876,6 +914,94 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
                for w in range(n) if len(ends[w]) > 1)
     busy = [union_length(iv) / len(starts[w]) for w, iv in enumerate(intervals) if starts[w]]
     return iteration_s, float(np.mean(busy)), rate
+
+
+def _run_easgd(engine, graph, workers, grad, profile, ps: PsConfig, slow, codec):
+    """Elastic averaging SGD (Zhang, Choromanska & LeCun, NeurIPS 2015), asynchronous: every
+    worker trains on its own copy and, every ``tau`` local iterations, sends its elastic
+    difference (the size of the model) to the servers holding the center variable, which add
+    it in, and pulls the center back; workers never wait for each other. Traffic per worker
+    and iteration is ``2 x model / tau``; with nothing else on the wires an iteration costs
+    ``compute + (push + pull) / tau``.
+
+    Returns ``(iteration_s, comm_busy_s, workers_per_s, iterations)``.
+    """
+    if not codec.format.identity:
+        raise ConfigError("EASGD exchanges parameters, not gradients: gradient compression "
+                          "does not apply (drop the compression)")
+    tau = int(ps.easgd_tau)
+    groups = _groups(graph, workers, ps.aggregators)
+    n, servers = len(groups), server_count(graph, workers, ps)
+    factor_of = dict(zip(workers, slow or [1.0] * len(workers)))
+    pace = [max(factor_of[w] for w in g) for g in groups]
+    server_nodes = _server_nodes(graph, workers, ps, servers)
+    if ps.sharding == "even":
+        total = sum(grad)
+        shares = np.full(servers, total // servers, dtype=np.int64)
+        shares[: total % servers] += 1
+    else:
+        owner = place_variables(grad, servers, ps.sharding)
+        shares = np.zeros(servers, dtype=np.int64)
+        for i, b in enumerate(grad):
+            if owner[i] >= 0:
+                shares[owner[i]] += b
+    push = _transfer_schedule("push", shares, servers)
+    pull = _transfer_schedule("pull", shares, servers)
+    model_bytes = int(shares.sum())
+    local_reduce = {len(g): make_schedule("tree", "reduce", len(g), model_bytes,
+                                          segments=LOCAL_SEGMENTS)
+                    for g in groups if len(g) > 1}
+    local_bcast = {len(g): make_schedule("tree", "broadcast", len(g), model_bytes,
+                                         segments=LOCAL_SEGMENTS)
+                   for g in groups if len(g) > 1}
+    step_s = (sum(l.forward_s + l.backward_s for l in profile.layers) + profile.optimizer_s)
+    exchanges = max(2, ps.iterations)
+    total = exchanges * tau
+    ends: list[list[float]] = [[] for _ in range(n)]
+    busy = [0.0] * n
+
+    def run(schedule, nodes, label, fn):
+        if schedule is None or len(nodes) < 2:
+            fn()
+            return
+        engine.launch(schedule, nodes, label=label).done_event.callbacks.append(
+            lambda _e: fn())
+
+    def iterate(w, it):
+        engine.call_at(engine.env.now + step_s * pace[w], lambda: computed(w, it))
+
+    def computed(w, it):
+        if (it + 1) % tau:
+            done(w, it)
+            return
+        t0, leader, group = engine.env.now, groups[w][0], groups[w]
+        placement = [leader] + server_nodes
+
+        def exchanged():
+            busy[w] += engine.env.now - t0
+            done(w, it)
+
+        def pulled():
+            run(local_bcast.get(len(group)), group, f"bcast w{w} it{it}", exchanged)
+
+        def pushed():
+            run(pull, placement, f"pull w{w} it{it}", pulled)
+
+        run(local_reduce.get(len(group)), group, f"reduce w{w} it{it}",
+            lambda: run(push, placement, f"push w{w} it{it}", pushed))
+
+    def done(w, it):
+        ends[w].append(engine.env.now)
+        if it + 1 < total:
+            iterate(w, it + 1)
+
+    for w in range(n):
+        engine.call_at(0.0, lambda w=w: iterate(w, 0))
+    engine.run()
+    # steady state: whole exchange cycles after the first
+    spans = [(e[-1] - e[tau - 1]) / (len(e) - tau) for e in ends]
+    rate = sum(len(groups[w]) / spans[w] for w in range(n))
+    return float(np.mean(spans)), float(np.mean(busy)) / total, rate, total
 
 
 def union_length(intervals) -> float:
