@@ -34,20 +34,11 @@ def read_points(path: str) -> pd.DataFrame:
     return read_measurements(path)
 
 
-def _subset(measured: pd.DataFrame, mask) -> pd.DataFrame:
-    """Rows of ``measured`` under ``mask``, keeping origin and the rows' lines for errors."""
-    part = measured[mask].reset_index(drop=True)
-    lines = measured.attrs.get("lines")
-    part.attrs = dict(measured.attrs)
-    if lines is not None and len(lines) == len(measured):
-        part.attrs["lines"] = [line for line, keep in zip(lines, mask) if keep]
-    return part
-
-
 def _topology_groups(args, measured: pd.DataFrame):
     """(topology, params, points) to compare: --topology, else the scenario's, else the CSV's
     ``topology`` column (one group per value)."""
     from .cli import _params
+    from .compare_training import subset_rows
 
     params = _params(args.param)
     if args.topology:
@@ -65,7 +56,7 @@ def _topology_groups(args, measured: pd.DataFrame):
         raise ConfigError(f"{measured.attrs.get('origin', 'measured file')}{where}: no topology "
                           f"for this point: pass --topology NAME_OR_FILE (or --scenario), or "
                           f"fill the file's topology column")
-    return [(name, params, _subset(measured, (names == name).to_numpy()))
+    return [(name, params, subset_rows(measured, (names == name).to_numpy()))
             for name in dict.fromkeys(names)]
 
 
@@ -139,7 +130,6 @@ def is_training_file(path: str) -> bool:
 def cmd_compare(args) -> int:
     from .compare import compare, mape_failures, summarise
     from .report.compare_plots import COMPARE_PLOTS
-    from .report.output import write_csv
     from .topology import load_topology
 
     if args.max_mape is not None and not args.max_mape >= 0:
@@ -170,23 +160,39 @@ def cmd_compare(args) -> int:
     print()
     print(format_summary(summary))
     if args.output:
-        from .report.output import published, staged_output
-
-        out = Path(args.output)
-        with staged_output(out) as stage:
-            written = [write_csv(stage / "compare.csv", points),
-                       write_csv(stage / "mape.csv", summary_frame(summary))]
+        def plots(stage):
+            written = []
             for plot_name, plot in COMPARE_PLOTS.items():
                 written += plot(points, stage / plot_name)
-        print(f"wrote {', '.join(published(written, stage, out))}", file=sys.stderr)
-    if args.max_mape is not None:
-        failures = mape_failures(summary, args.max_mape)
-        if failures:
-            for failure in failures:
-                print(f"clustersim compare: --max-mape {args.max_mape:g}% FAILED: {failure}",
-                      file=sys.stderr)
-            return EXIT_MAPE_EXCEEDED
-        print(f"--max-mape {args.max_mape:g}%: every size band within", file=sys.stderr)
+            return written
+
+        _publish(args.output, points, summary, plots)
+    return _gate(args.max_mape, mape_failures(summary, args.max_mape or 0), "size band")
+
+
+def _publish(output: str, points: pd.DataFrame, summary: dict, plots) -> None:
+    """Write ``compare.csv``, ``mape.csv`` and ``plots(stage)``'s files to ``output``, all or
+    nothing."""
+    from .report.output import published, staged_output, write_csv
+
+    out = Path(output)
+    with staged_output(out) as stage:
+        written = [write_csv(stage / "compare.csv", points),
+                   write_csv(stage / "mape.csv", summary_frame(summary))]
+        written += plots(stage)
+    print(f"wrote {', '.join(published(written, stage, out))}", file=sys.stderr)
+
+
+def _gate(max_mape: float | None, failures: list[str], groups: str) -> int:
+    """``--max-mape``: print each failure and return exit 1, or say every group is within."""
+    if max_mape is None:
+        return 0
+    if failures:
+        for failure in failures:
+            print(f"clustersim compare: --max-mape {max_mape:g}% FAILED: {failure}",
+                  file=sys.stderr)
+        return EXIT_MAPE_EXCEEDED
+    print(f"--max-mape {max_mape:g}%: every {groups} within", file=sys.stderr)
     return 0
 
 
@@ -199,7 +205,6 @@ def cmd_compare_training(args) -> int:
                                    summarise_training)
     from .measure.schema import read_training
     from .report.compare_plots import speedup_measured_vs_simulated
-    from .report.output import write_csv
     from .topology import load_topology
     from .workload.frameworks import parse_framework
 
@@ -232,29 +237,12 @@ def cmd_compare_training(args) -> int:
     print()
     print(format_training_summary(summary))
     if args.output:
-        from .report.output import published, staged_output
-
-        out = Path(args.output)
-        curves = points.rename(columns={"arch": "aggregation_measured"})
-        measured_curve = curves.assign(speedup=curves["measured_speedup"],
-                                       aggregation=curves["aggregation_measured"])
-        simulated_curve = curves.assign(speedup=curves["simulated_speedup"],
-                                        aggregation=curves["aggregation_measured"])
-        with staged_output(out) as stage:
-            written = [write_csv(stage / "compare.csv", points),
-                       write_csv(stage / "mape.csv", summary_frame(summary))]
-            written += speedup_measured_vs_simulated(measured_curve, simulated_curve,
-                                                     stage / "speedup_measured_vs_simulated")
-        print(f"wrote {', '.join(published(written, stage, out))}", file=sys.stderr)
-    if args.max_mape is not None:
-        failures = mape_failures(summary, args.max_mape)
-        if failures:
-            for failure in failures:
-                print(f"clustersim compare: --max-mape {args.max_mape:g}% FAILED: {failure}",
-                      file=sys.stderr)
-            return EXIT_MAPE_EXCEEDED
-        print(f"--max-mape {args.max_mape:g}%: every arch within", file=sys.stderr)
-    return 0
+        curves = points.assign(aggregation=points["arch"])
+        _publish(args.output, points, summary, lambda stage: speedup_measured_vs_simulated(
+            curves.assign(speedup=curves["measured_speedup"]),
+            curves.assign(speedup=curves["simulated_speedup"]),
+            stage / "speedup_measured_vs_simulated"))
+    return _gate(args.max_mape, mape_failures(summary, args.max_mape or 0), "arch")
 
 
 def cmd_calibrate(args) -> int:
