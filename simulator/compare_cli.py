@@ -137,7 +137,7 @@ def cmd_compare(args) -> int:
     if is_training_file(args.measured):
         return cmd_compare_training(args)
     for flag, value in (("--select", args.select), ("--framework", args.framework),
-                        ("--anchor", args.anchor)):
+                        ("--anchor", args.anchor), ("--ps-impl", args.ps_impl)):
         if value:
             raise ConfigError(f"{flag} applies to training files; {args.measured} holds "
                               f"collective points")
@@ -213,6 +213,15 @@ def cmd_compare_training(args) -> int:
             raise ConfigError(f"{flag} does not apply to a training file (each bucket's call "
                               f"is planned by the library)")
     framework = parse_framework(args.framework)
+    ps = None
+    if args.ps_impl not in (None, "auto"):
+        import dataclasses
+
+        from .compare_training import default_ps
+        from .workload.ps_impls import get_ps_impl
+
+        impl = get_ps_impl(args.ps_impl).name
+        ps = lambda record: dataclasses.replace(default_ps(record), impl=impl)  # noqa: E731
     measured = read_training(args.measured)
     if args.select:
         measured = select(measured, args.select)
@@ -230,7 +239,7 @@ def cmd_compare_training(args) -> int:
             library = "ideal"
         frames.append(compare_training(part, graph, library=library, framework=framework,
                                        anchor=args.anchor or "measured",
-                                       aggregation=args.algorithm))
+                                       aggregation=args.algorithm, ps=ps))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     summary = summarise_training(points)
     print(format_training_points(points))
@@ -345,6 +354,10 @@ def add_compare_parsers(subparsers) -> None:
                         "default), a registered framework (ddp, apex-ddp, horovod, "
                         "horovod-0.21, tf-per-variable), per_layer, size:BYTES or "
                         "cycle:BYTES:TIME")
+    c.add_argument("--ps-impl", default=None,
+                   help="training files: the parameter-server implementation of ps rows: auto "
+                        "(from the framework text; the default), ideal, tf-grpc, "
+                        "mxnet-kvstore or byteps")
     c.add_argument("--anchor", choices=["measured", "model"], default=None,
                    help="training files: one GPU's compute from the row's measured single-GPU "
                         "throughput (measured, the default) or from the compute model")

@@ -120,7 +120,8 @@ _PATTERNS = (
     (r"horovod", "horovod"),
     (r"apex", "apex-ddp"),
     (r"pytorch|torch|ddp", "ddp"),
-    (r"tf_cnn_benchmarks", "tf-per-variable"),
+    (r"tf_cnn_benchmarks|tensorflow.*(parameter.server|distributed_replicated|replicated)",
+     "tf-per-variable"),
 )
 
 
