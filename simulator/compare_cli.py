@@ -136,8 +136,11 @@ def cmd_compare(args) -> int:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
     if is_training_file(args.measured):
         return cmd_compare_training(args)
+    if args.shared_cores is not None and args.shared_cores < 1:
+        raise ConfigError(f"--shared-cores must be >= 1, got {args.shared_cores}")
     for flag, value in (("--select", args.select), ("--framework", args.framework),
-                        ("--anchor", args.anchor), ("--ps-impl", args.ps_impl)):
+                        ("--anchor", args.anchor), ("--ps-impl", args.ps_impl),
+                        ("--device", args.device), ("--shared-cores", args.shared_cores)):
         if value:
             raise ConfigError(f"{flag} applies to training files; {args.measured} holds "
                               f"collective points")
@@ -239,7 +242,8 @@ def cmd_compare_training(args) -> int:
             library = "ideal"
         frames.append(compare_training(part, graph, library=library, framework=framework,
                                        anchor=args.anchor or "measured",
-                                       aggregation=args.algorithm, ps=ps))
+                                       aggregation=args.algorithm, ps=ps,
+                                       device=args.device, shared_cores=args.shared_cores))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     summary = summarise_training(points)
     print(format_training_points(points))
@@ -358,6 +362,13 @@ def add_compare_parsers(subparsers) -> None:
                    help="training files: the parameter-server implementation of ps rows: auto "
                         "(from the framework text; the default), ideal, tf-grpc, "
                         "mxnet-kvstore or byteps")
+    c.add_argument("--device", default=None,
+                   help="training files: the compute model's device preset (default: the "
+                        "topology's; needed for topologies without GPUs, e.g. cpu-host)")
+    c.add_argument("--shared-cores", type=int, default=None, metavar="CORES",
+                   help="training files: the ranks share CORES CPU cores, so each computes "
+                        "max(1, ranks x threads / CORES) times slower (default: the file's "
+                        "cores column, written by measure training)")
     c.add_argument("--anchor", choices=["measured", "model"], default=None,
                    help="training files: one GPU's compute from the row's measured single-GPU "
                         "throughput (measured, the default) or from the compute model")

@@ -14,8 +14,9 @@ run_training_point`, nothing tuned per point:
 * **framework** from the ``framework`` text (:func:`~simulator.workload.frameworks.
   detect_framework`): bucket policy, Horovod's fusion cycle, launch mode;
 * **compute**, ``anchor="measured"`` (the default): the point's own single-GPU throughput
-  (``throughput / speedup``, the file's definition of speedup) fixes one iteration's compute,
-  and the model only splits it over layers. This is the input a user has (one GPU, measured),
+  (``throughput / speedup``, the file's definition of speedup) fixes one iteration: compute
+  is what is left of it after what the simulator says the aggregation costs on one GPU (a
+  one-GPU parameter server still pushes and pulls), and the model only splits it over layers. This is the input a user has (one GPU, measured),
   and it leaves the simulator to answer what it is for: what communication costs at scale.
   ``anchor="model"``: the roofline compute model alone.
 
@@ -82,14 +83,18 @@ def precision_name(text: str, where: str = "") -> str:
 def default_ps(record: dict, base=None):
     """The parameter servers a ``ps`` point ran: TensorFlow's benchmarks put one on every
     worker machine's CPU (``local_parameter_device=cpu``), variables round-robin;
-    ``distributed_replicated`` reduces inside each machine before pushing; the implementation
+    ``distributed_replicated`` reduces inside each machine before pushing; a framework text
+    naming a ``dedicated server`` (``clustersim measure training``) gets one server on its own
+    host; the implementation
     (gRPC, ps-lite, BytePS) follows the framework text (:func:`~simulator.workload.ps_impls.
     detect_ps_impl`)."""
     from .workload.ps_impls import detect_ps_impl
     from .workload.training import PsConfig
 
-    base = base or PsConfig(servers="per_node", placement="colocated")
     text = str(record.get("framework", ""))
+    if base is None and "dedicated server" in text.lower():
+        base = PsConfig(servers=1, placement="dedicated")
+    base = base or PsConfig(servers="per_node", placement="colocated")
     local = "distributed_replicated" in text.lower()
     impl = base.impl if base.impl != "ideal" else detect_ps_impl(text).name
     return dataclasses.replace(base, local_aggregation=base.local_aggregation or local,
@@ -116,7 +121,8 @@ def _where(measured: pd.DataFrame, i: int) -> str:
 
 def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=None,
                      anchor: str = "measured", ps: Callable | None = None,
-                     aggregation: str | None = None) -> pd.DataFrame:
+                     aggregation: str | None = None, device: str | None = None,
+                     shared_cores: int | None = None) -> pd.DataFrame:
     """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
 
     Parameters
@@ -132,6 +138,12 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         The parameter servers of a ``ps`` point (default :func:`default_ps`).
     aggregation : str, optional
         Simulate this aggregation for every point instead of the file's ``arch``.
+    device : str, optional
+        The compute model's device preset (default: the topology's).
+    shared_cores : int, optional
+        The workers share this many CPU cores (compute contention, see
+        :func:`~simulator.workload.sweep.contention`); default: the row's ``cores`` column
+        (written by ``clustersim measure training``), else none.
     """
     from .library import resolve_library
     from .workload.frameworks import detect_framework
@@ -160,8 +172,12 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             models=(model,), batch_per_gpu=batch, gpus=(gpus,), aggregations=(kind,),
             precision=precision, ps=ps({**point, "framework": text}),
             library=None if getattr(lib, "name", "ideal") == "ideal" else lib, framework=fw,
-            single_gpu_throughput=measured_1 if anchor == "measured" else None)
+            single_gpu_throughput=measured_1 if anchor == "measured" else None, device=device,
+            shared_cores=shared_cores or _count(point.get("cores")),
+            threads_per_worker=_count(point.get("threads_per_rank")) or 1)
         try:
+            if anchor == "measured":
+                spec = _anchored(cache, graph, spec, model, kind, measured_1)
             sim_n = _simulate(cache, graph, spec, model, kind, gpus)
             sim_1 = _simulate(cache, graph, spec, model, kind, 1)
         except ClusterSimError as exc:
@@ -193,6 +209,36 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     frame.attrs.update(origin=measured.attrs.get("origin", ""),
                        topology=graph.graph.get("name", ""))
     return frame
+
+
+def _anchored(cache: dict, graph, spec, model: str, kind: str, measured_1: float,
+              rounds: int = 4):
+    """``spec`` with the single-GPU compute throughput at which the *simulated* one-GPU run
+    with this aggregation reaches ``measured_1``: a one-GPU parameter-server row includes its
+    push and pull, so compute is the measured iteration less what the simulator says the
+    aggregation adds (a few fixed-point rounds: what overlap hides depends on compute)."""
+    import dataclasses
+
+    target_s = spec.batch_per_gpu / measured_1
+    compute_s = target_s
+    for _ in range(rounds):
+        trial = dataclasses.replace(spec, single_gpu_throughput=spec.batch_per_gpu / compute_s)
+        simulated_s = spec.batch_per_gpu / _simulate(cache, graph, trial, model, kind,
+                                                     1)["throughput_samples_s"]
+        if abs(simulated_s - target_s) <= 1e-9 * target_s:
+            return trial
+        # the aggregation's own cost at one GPU, kept; compute takes the rest (at least 1 %)
+        compute_s = max(0.01 * target_s, compute_s - (simulated_s - target_s))
+    return dataclasses.replace(spec, single_gpu_throughput=spec.batch_per_gpu / compute_s)
+
+
+def _count(value) -> int | None:
+    """A positive count from an optional column value (None, NaN or empty: None)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number == number and number >= 1 else None
 
 
 def _simulate(cache: dict, graph, spec, model: str, kind: str, gpus: int) -> dict:

@@ -39,7 +39,8 @@ def megatron_forward_flops(n_layers, d, seq_len, vocab_out=0):
 
 def test_registry_names():
     assert set(MODELS) == {"alexnet", "vgg16", "resnet50", "resnet101", "resnet152",
-                           "inception_v3", "bert_base", "bert_large", "gpt2_small", "gpt2_xl"}
+                           "inception_v3", "bert_base", "bert_large", "gpt2_small", "gpt2_xl",
+                           "small_cnn"}
     for name in MODELS:
         model = get_model(name)
         assert isinstance(model, Model) and model.name == name

@@ -76,7 +76,7 @@ def test_detect_and_unknown_names():
     assert detect_ps_impl("MXNet 1.6 dist_sync").name == "mxnet-kvstore"
     assert detect_ps_impl("BytePS 0.2").name == "byteps"
     assert detect_ps_impl("something else").name == "ideal"
-    with pytest.raises(ConfigError, match="valid: byteps, ideal, mxnet-kvstore, tf-grpc"):
+    with pytest.raises(ConfigError, match="valid: byteps, ideal, mxnet-kvstore, tf-grpc, torch-gloo"):
         get_ps_impl("grpc")
     assert dataclasses.replace(PsConfig(), impl="byteps").impl == "byteps"
 

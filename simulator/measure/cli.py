@@ -6,6 +6,8 @@
     clustersim measure collectives --network shaped --ranks 4 --bandwidth 1Gbps \\
         --sizes 1MiB,4MiB,16MiB --algorithms library,ring,tree,ps -o measured.csv \\
         --topology-out shaped.yaml
+    clustersim measure training --network shaped --bandwidth 200Mbps --ranks 1,2,4 \\
+        --aggregation ddp,ps -o training.csv --topology-out shaped.yaml
 
 ``kernels`` writes the per-layer CSV that ``clustersim train --compute`` reads; ``collectives``
 writes measurement rows and, on a shaped network, the topology preset of the network it built, so
@@ -88,6 +90,43 @@ def cmd_collectives(args) -> int:
     return 0
 
 
+def cmd_training(args) -> int:
+    from .training import measure_training, write_training_csv
+
+    ranks = []
+    for text in _names(args.ranks, "--ranks"):
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"--ranks expects comma-separated integers >= 1, got {text!r}")
+        ranks.append(int(text))
+    bandwidth = (parse_bandwidth(args.bandwidth, what="--bandwidth")
+                 if args.bandwidth is not None else None)
+    for flag, value in (("--batch-per-rank", args.batch_per_rank),
+                        ("--iterations", args.iterations), ("--threads", args.threads)):
+        _positive(value, flag)
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.topology_out and args.network != "shaped":
+        raise ConfigError("--topology-out needs --network shaped")
+    if args.bandwidth is not None and args.network != "shaped":
+        raise ConfigError("--bandwidth needs --network shaped (loopback is not shaped)")
+    frame = measure_training(ranks, _names(args.aggregation, "--aggregation"), args.model,
+                             batch=args.batch_per_rank, iterations=args.iterations,
+                             warmup=args.warmup, threads=args.threads, network=args.network,
+                             bandwidth=bandwidth, timeout_s=args.timeout,
+                             topology_out=args.topology_out)
+    for _, row in frame.iterrows():
+        print(f"{row['arch']:<9} {row['gpus']:>2} rank(s)  iteration "
+              f"{format_duration(row['iteration_s']):>10} +-{row['iteration_std_s'] / row['iteration_s']:6.1%}  "
+              f"{row['throughput_img_s']:9.1f} samples/s  speedup {row['speedup']:5.2f}  "
+              f"compute {format_duration(row['compute_s'])} (1 rank alone "
+              f"{format_duration(row['compute_1rank_s'])})")
+    if args.output:
+        print(f"wrote {write_training_csv(frame, args.output)}", file=sys.stderr)
+    if args.topology_out:
+        print(f"wrote {args.topology_out}", file=sys.stderr)
+    return 0
+
+
 def add_measure_parser(subparsers) -> None:
     """Add ``measure kernels`` and ``measure collectives`` to the ``clustersim`` subparsers."""
     m = subparsers.add_parser("measure", help="measure per-layer compute and collectives for "
@@ -128,3 +167,23 @@ def add_measure_parser(subparsers) -> None:
     c.add_argument("--topology-out", default=None,
                    help="shaped only: write the built network as a topology YAML")
     c.set_defaults(func=cmd_collectives)
+
+    t = sub.add_parser("training", help="real data-parallel training steps (DDP, parameter "
+                                        "server) with torch.distributed -> training CSV")
+    t.add_argument("--model", default="small_cnn", help="small_cnn (the default)")
+    t.add_argument("--ranks", default="1,2,4", help="comma-separated worker counts")
+    t.add_argument("--aggregation", default="ddp,ps", help="comma-separated: ddp, ps")
+    t.add_argument("--network", choices=["loopback", "shaped"], default="loopback",
+                   help="loopback, or shaped: one network namespace per process on a "
+                        "tc-shaped bridge (root)")
+    t.add_argument("--bandwidth", default=None,
+                   help="shaped link rate per direction, e.g. 200Mbps (default 1Gbps)")
+    t.add_argument("--batch-per-rank", type=int, default=32)
+    t.add_argument("--iterations", type=int, default=10, help="timed steps (default 10)")
+    t.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    t.add_argument("--threads", type=int, default=1, help="compute threads per rank")
+    t.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit, seconds")
+    t.add_argument("-o", "--output", default=None, help="training CSV to write")
+    t.add_argument("--topology-out", default=None,
+                   help="shaped only: write the built network as a topology YAML")
+    t.set_defaults(func=cmd_training)

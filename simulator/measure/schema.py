@@ -62,7 +62,7 @@ COLLECTIVE_OPTIONAL = ("time_std_us", "iterations", "backend", "device", "networ
 TRAINING_COLUMNS = ("source", "topology", "model", "aggregation", "gpus", "batch_per_gpu",
                     "precision", "throughput_samples_s", "speedup", "efficiency")
 TRAINING_OPTIONAL = ("device", "network", "throughput_unit", "notes", "framework", "hardware",
-                     "nodes", "gpus_per_node")
+                     "nodes", "gpus_per_node", "cores", "threads_per_rank")
 
 #: nccl-tests binary / NCCL collective names -> ours.
 NCCL_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
@@ -429,7 +429,7 @@ def _training_frame(rows: list[dict]) -> pd.DataFrame:
     for c in ("source", "topology", "model", "aggregation", "precision", "device", "network",
               "throughput_unit", "notes", "framework", "hardware"):
         frame[c] = _text_column(frame[c])
-    for c in ("nodes", "gpus_per_node"):
+    for c in ("nodes", "gpus_per_node", "cores", "threads_per_rank"):
         frame[c] = pd.to_numeric(frame[c], errors="coerce")
     return frame
 
@@ -470,6 +470,10 @@ def _train_csv_row(cells: _Cells) -> dict:
         "nodes": cells.integer("nodes", minimum=1) if cells.record.get("nodes") else None,
         "gpus_per_node": cells.integer("gpus_per_node", minimum=1)
         if cells.record.get("gpus_per_node") else None,
+        # what ``clustersim measure training`` adds: the cores its ranks shared
+        "cores": cells.integer("cores", minimum=1) if cells.record.get("cores") else None,
+        "threads_per_rank": cells.integer("threads_per_rank", minimum=1)
+        if cells.record.get("threads_per_rank") else None,
     }
 
 

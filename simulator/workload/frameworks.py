@@ -94,6 +94,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "elements per bucket (apex/parallel/distributed.py docstring); 4-byte "
                "fp32 master gradients"),
     Framework(
+        "single-bucket", "size", bucket_bytes=1 << 62, launch="torch",
+        source="every gradient in one call after backward: clustersim measure training's "
+               "parameter server flattens the whole gradient and sends it once"),
+    Framework(
         "horovod", "cycle", bucket_bytes=64 * _MiB, cycle_s=5e-3, negotiation_hops=2,
         launch="mpi",
         source="Horovod docs/tensor-fusion.rst: 'Default fusion buffer size is 64 MB', "
@@ -119,6 +123,7 @@ _PATTERNS = (
     (r"horovod.*0\.(2[1-9]|[3-9]\d)|horovod.*[1-9]\.\d", "horovod-0.21"),
     (r"horovod", "horovod"),
     (r"apex", "apex-ddp"),
+    (r"torch.*parameter server", "single-bucket"),
     (r"pytorch|torch|ddp", "ddp"),
     (r"tf_cnn_benchmarks|tensorflow.*(parameter.server|distributed_replicated|replicated)",
      "tf-per-variable"),

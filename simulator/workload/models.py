@@ -536,6 +536,22 @@ def gpt2_xl(seq_len: int = 1024) -> Model:
     return _gpt2("gpt2_xl", 1600, 48, 25, seq_len, 1_557_611_200, "1542M")
 
 
+@lru_cache(maxsize=None)
+def small_cnn() -> Model:
+    """The small CNN ``clustersim measure training`` trains on CPUs (32x32x3 images, 10
+    classes): two 3x3 convolutions with ReLU and 2x2 max-pooling, then two fully connected
+    layers; :func:`simulator.measure.training.build_small_cnn` is the same network in torch."""
+    conv1, h, w = conv2d("conv1", 3, 32, 3, 1, 32, 32, pad=1, act="relu")
+    pool1, h, w = pool2d("pool1", 32, 2, 2, h, w)
+    conv2, h, w = conv2d("conv2", 32, 64, 3, 1, h, w, pad=1, act="relu")
+    pool2, h, w = pool2d("pool2", 64, 2, 2, h, w)
+    layers = (conv1, pool1, conv2, pool2, linear("fc1", 64 * h * w, 256, act="relu"),
+              linear("fc2", 256, 10))
+    return Model("small_cnn", layers, "32x32x3 image", "images", 1_070_794,
+                 "this project's measuring model (simulator/measure/training.py): "
+                 "896 + 18,496 + 1,048,832 + 2,570 parameters")
+
+
 #: Registry: name -> builder with default arguments.
 MODELS: dict[str, Callable[[], Model]] = {
     "alexnet": alexnet,
@@ -548,6 +564,7 @@ MODELS: dict[str, Callable[[], Model]] = {
     "bert_large": bert_large,
     "gpt2_small": gpt2_small,
     "gpt2_xl": gpt2_xl,
+    "small_cnn": small_cnn,
 }
 
 

@@ -70,6 +70,11 @@ PS_IMPLS: dict[str, PsImpl] = {p.name: p for p in (
            "MXNet dist_sync kvstore on ps-lite over ZeroMQ TCP: ZeroMQ sends the buffer "
            "zero-copy (zmq_msg_init_data) into the socket send's kernel copy, and receives "
            "into a message the kvstore uses in place: 1 send, 1 receive copy"),
+    PsImpl("torch-gloo", None, 1, 1,
+           "torch.distributed send/recv over gloo's TCP transport (clustersim measure "
+           "training's parameter server): the socket send's and receive's kernel copies, "
+           "tensor memory written directly (no message encoding); framing is left to the "
+           "topology, whose links measure training writes at TCP payload rate"),
     PsImpl("byteps", "rdma", 0, 0,
            "BytePS servers (CPU summation) over RDMA: the NIC reads and writes registered "
            "host memory directly; the CPU only sums (Jiang et al., OSDI 2020)"),
@@ -92,6 +97,8 @@ def detect_ps_impl(text: str) -> PsImpl:
         return PS_IMPLS["mxnet-kvstore"]
     if "tensorflow" in lowered or "tf_cnn" in lowered or "grpc" in lowered:
         return PS_IMPLS["tf-grpc"]
+    if "torch" in lowered:
+        return PS_IMPLS["torch-gloo"]
     return PS_IMPLS["ideal"]
 
 

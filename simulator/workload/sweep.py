@@ -64,6 +64,8 @@ class TrainingSpec:
     library: object = None             # collective library of the buckets (None: ideal wires)
     framework: object = None           # Framework: bucket policy and launch (None: bucket_bytes)
     single_gpu_throughput: float | None = None   # measured samples/s of one GPU: anchors compute
+    shared_cores: int | None = None    # the workers share this many CPU cores (compute contention)
+    threads_per_worker: int = 1        # compute threads of each worker (with shared_cores)
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -105,6 +107,15 @@ def slowdown_vector(gpus: int, factor: float, count: int, seed: int) -> list[flo
         chosen = np.random.default_rng(seed).choice(gpus, size=min(count, gpus), replace=False)
         slow[chosen] = factor
     return slow.tolist()
+
+def contention(spec: TrainingSpec, workers: int) -> float:
+    """How much slower each worker computes when ``workers`` of them, each running
+    ``threads_per_worker`` threads, share ``shared_cores`` cores: ``max(1, workers x threads /
+    cores)`` (CPU-bound work time-shares the cores); 1 without ``shared_cores``."""
+    if not spec.shared_cores:
+        return 1.0
+    return max(1.0, workers * spec.threads_per_worker / spec.shared_cores)
+
 
 def topology_device(graph) -> str:
     """The device preset of the topology's first endpoint."""
@@ -180,7 +191,9 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             graph, profile, gpus=n, batch_per_gpu=spec.batch_per_gpu, aggregation=kind,
             model_name=model_name, gradient_bytes=grads, precision=spec.precision,
             bucket_bytes=spec.bucket_bytes, overlap=spec.overlap, slices=spec.slices, ps=ps,
-            record_rates=record, slowdown=slowdown_vector(n, factor, spec.stragglers, spec.seed),
+            record_rates=record,
+            slowdown=[x * contention(spec, n)
+                      for x in slowdown_vector(n, factor, spec.stragglers, spec.seed)],
             compression=fmt, library=spec.library, framework=spec.framework)
 
     result = simulate(gpus, record_rates)
