@@ -390,6 +390,7 @@ def _latency_text(value: float) -> str:
 
 
 def _resolve_auto(points: pd.DataFrame, graph) -> pd.DataFrame:
+    from .collective import run_collective
     from .tuner import choose_algorithm
 
     points = points.copy()
@@ -401,7 +402,8 @@ def _resolve_auto(points: pd.DataFrame, graph) -> pd.DataFrame:
             continue
         key = (row.collective, int(row.size_bytes), int(row.gpus))
         if key not in chosen:
-            chosen[key] = choose_algorithm(graph, row.collective, key[1], gpus=key[2])
+            chosen[key] = choose_algorithm(graph, row.collective, key[1], gpus=key[2],
+                                           simulate=run_collective)
         algorithms.append(chosen[key])
     points["algorithm"] = algorithms
     return points

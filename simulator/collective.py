@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .engine.fast import FastResult, NotApplicable, fast_collective
+from .engine.common import FastResult, NotApplicable
+from .engine.dispatch import fast_collective
 from .engine.runner import Engine, ScheduleRun
 from .errors import ConfigError, unknown_name
 from .library import Plan, resolve_library
@@ -31,7 +32,7 @@ from .records import bottleneck, links_frame
 from .schedules import get_algorithm, make_schedule
 from .schedules.base import Schedule
 from .schedules.ring import explicit_orders
-from .topology import endpoints, ps_endpoints
+from .topology import endpoints, local_ranks, ps_endpoints  # noqa: F401 (local_ranks: re-export)
 from .topology.rings import ring_orders
 
 #: Engines ``run_collective`` (and ``clustersim collective --engine``) accepts.
@@ -69,13 +70,6 @@ class CollectiveRun:
     schedule: Schedule | None
     fast: FastResult | None = None
     plan: Plan | None = None
-
-
-def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
-    """Endpoints per machine among the first ``gpus`` endpoints (for hierarchical algorithms)."""
-    eps = endpoints(graph)[:gpus]
-    first = graph.nodes[eps[0]].get("node_index", 0)
-    return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
 
 
 def nics_per_machine(graph: nx.DiGraph, gpus: int) -> int:
@@ -217,7 +211,8 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     if algorithm == "auto" and lib.name == "ideal":
         from .tuner import choose_algorithm
 
-        algorithm = choose_algorithm(graph, collective, size_bytes, gpus=n)
+        algorithm = choose_algorithm(graph, collective, size_bytes, gpus=n,
+                                     simulate=run_collective)
     plan = lib.plan(graph, collective, algorithm, size_bytes, n, protocol=protocol,
                     launch=launch, exclude=exclude)
     source_graph, graph = graph, plan.graph

@@ -37,7 +37,7 @@ def read_points(path: str) -> pd.DataFrame:
 def _topology_groups(args, measured: pd.DataFrame):
     """(topology, params, points) to compare: --topology, else the scenario's, else the CSV's
     ``topology`` column (one group per value)."""
-    from .cli import _params
+    from .cli_args import _params
     from .compare_training import subset_rows
 
     params = _params(args.param)
@@ -147,7 +147,7 @@ def cmd_compare(args) -> int:
     slices = args.slices or _scenario_slices(args) or 1
     if slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {slices}")
-    from .cli import check_algorithm, library_args
+    from .cli_args import check_algorithm, library_args
 
     if args.algorithm and args.algorithm != "auto":
         check_algorithm(args.algorithm)
@@ -202,7 +202,7 @@ def _gate(max_mape: float | None, failures: list[str], groups: str) -> int:
 def cmd_compare_training(args) -> int:
     """``compare`` on a training table: per-point throughput and speedup, speedup MAPE by
     arch, model and GPU count; ``--max-mape`` on the speedup MAPE of every arch."""
-    from .cli import library_args
+    from .cli_args import library_args
     from .compare_training import (compare_training, format_training_points,
                                    format_training_summary, mape_failures, select,
                                    summarise_training)
@@ -260,7 +260,7 @@ def cmd_compare_training(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from .calibrate import calibrate
-    from .cli import _params, library_args
+    from .cli_args import _params, library_args
     from .topology import load_topology
 
     if not args.out.endswith((".yaml", ".yml")):
@@ -298,7 +298,7 @@ def cmd_calibrate(args) -> int:
 
 def _calibrate_library(args, measured, lib) -> int:
     from .calibrate_library import calibrate_library
-    from .cli import _params
+    from .cli_args import _params
 
     def progress(evaluations: int, value: float) -> None:
         if evaluations % 25 == 0:
@@ -330,7 +330,7 @@ def _calibrate_library(args, measured, lib) -> int:
 
 def add_compare_parsers(subparsers) -> None:
     """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
-    from .cli import add_library_arguments
+    from .cli_args import add_library_arguments
 
     c = subparsers.add_parser(
         "compare", help="simulate measured points (CSV, nccl-tests log/JSON) and report errors")

@@ -12,12 +12,14 @@ from __future__ import annotations
 CANDIDATES = ("ring", "double_binary_tree", "tree", "halving_doubling", "direct", "hierarchical")
 
 
-def choose_algorithm(graph, collective: str, size_bytes: int, gpus: int | None = None) -> str:
-    """Name of the fastest candidate algorithm for ``collective`` of ``size_bytes``."""
-    from .collective import local_ranks, run_collective
+def choose_algorithm(graph, collective: str, size_bytes: int, gpus: int | None = None, *,
+                     simulate) -> str:
+    """Name of the fastest candidate algorithm for ``collective`` of ``size_bytes``;
+    ``simulate(graph, collective, algorithm, size_bytes, gpus=n)`` times one candidate
+    (:func:`simulator.collective.run_collective`, which calls this: passed in, not imported)."""
     from .errors import ClusterSimError
     from .schedules import ALGORITHMS
-    from .topology import endpoints
+    from .topology import endpoints, local_ranks
 
     n = gpus or len(endpoints(graph))
     best, best_time = None, float("inf")
@@ -28,7 +30,7 @@ def choose_algorithm(graph, collective: str, size_bytes: int, gpus: int | None =
         if name == "hierarchical" and local_ranks(graph, n) in (1, n):
             continue  # one level only: same as its inner or outer algorithm
         try:
-            t = run_collective(graph, collective, name, size_bytes, gpus=n).row["time_s"]
+            t = simulate(graph, collective, name, size_bytes, gpus=n).row["time_s"]
         except ClusterSimError:
             continue
         if t < best_time:

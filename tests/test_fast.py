@@ -15,10 +15,10 @@ import pytest
 from simulator import theory
 from simulator.cli import main
 from simulator.collective import default_options, placement, run_collective
+from simulator.engine.dispatch import fast_collective
 from simulator.engine.fast import (
     _epoch_dependencies,
     aligned_time,
-    fast_collective,
     fast_time,
     max_min_weighted,
     ring_time,
@@ -673,7 +673,7 @@ def test_ring_recurrence_unequal_chunks_lockstep_channels():
 def test_training_ring_buckets_use_the_recurrence(monkeypatch):
     """DDP buckets of arbitrary sizes (sums of layer gradients): each bucket's ring is timed by
     the recurrence (no schedule), and the iteration equals the event engine's."""
-    import simulator.engine.fast as fast_module
+    import simulator.engine.dispatch as fast_module
     from simulator.workload.models import get_model
     from simulator.workload.sweep import _profile
     from simulator.workload.training import simulate_training

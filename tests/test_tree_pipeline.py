@@ -67,7 +67,7 @@ def test_kernel_caches_older_than_the_shared_helpers_are_dropped(tmp_path):
     _flow_kernel.py (whose helpers it compiled in) must be deleted, a newer one kept."""
     import os
 
-    from simulator.engine.tree_pipeline import stale_kernel_caches
+    from simulator.engine.common import stale_kernel_caches
 
     cache = tmp_path / "__pycache__"
     cache.mkdir()

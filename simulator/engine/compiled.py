@@ -29,7 +29,8 @@ import numpy as np
 
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs
-from .tree_pipeline import drop_stale_kernel_caches, numba_available, placed
+from .common import (FastResult, _reduce_totals, drop_stale_kernel_caches, numba_available,
+                     placed)
 
 METHOD = "compiled-events"
 
@@ -41,7 +42,6 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     Returns a :class:`~simulator.engine.fast.FastResult` with ``method="compiled-events"``;
     not applicable (with the reason) when numba is missing.
     """
-    from .fast import FastResult, _reduce_totals
     from .runner import _connections
 
     if not numba_available():

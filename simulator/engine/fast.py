@@ -136,11 +136,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from ..errors import SimulationError, TopologyError
-from .tree_pipeline import TREE_ALGORITHMS
+from ..errors import TopologyError
+from .common import FastResult, NotApplicable, _Paths, _reduce_totals
 from ..schedules.base import Schedule, split_bytes
 from ..schedules.deps import dependencies, epochs
-from ..topology.routing import NON_TRANSIT_KINDS, Router
 
 #: Start times within this relative distance count as the same instant.
 _SAME = 1e-12
@@ -150,161 +149,6 @@ _TIE = 1e-9
 _EPS = 1e-12
 
 
-class NotApplicable(SimulationError):
-    """The fast path cannot prove that it equals the event engine for this case."""
-
-
-@dataclass(frozen=True)
-class FastResult:
-    """Outcome of a fast-path evaluation.
-
-    Attributes
-    ----------
-    time_s : float
-        Simulated time of the collective (``nan`` when not applicable).
-    applicable : bool
-        Whether the fast path applies (and ``time_s`` equals the event engine's).
-    reason : str
-        Why it does not apply (empty when it does).
-    method : str
-        ``"ring-symmetric"``, ``"ring-recurrence"``, ``"aligned-steps"``,
-        ``"step-synchronous"`` or ``"tree-pipeline"`` (or the one that was tried last).
-    steps : int
-        Algorithm steps evaluated.
-    solves : int
-        Max-min solves performed (flows alone on their links need none).
-    links : tuple of (key, capacity_bytes_per_s, bytes_carried)
-        Every resource on a path the schedule uses, with the bytes that crossed it.
-    bytes_sent : float
-        Bytes of all transfers (``schedule.transfer_bytes.sum()``).
-    reduce_s : tuple of (node, seconds)
-        Total reduction compute charged on each device (what the engine's compute log sums to).
-    """
-
-    time_s: float
-    applicable: bool
-    reason: str = ""
-    method: str = ""
-    steps: int = 0
-    solves: int = 0
-    links: tuple = ()
-    bytes_sent: float = 0.0
-    reduce_s: tuple = ()
-
-    def bottleneck(self, graph: nx.DiGraph) -> tuple[str, float]:
-        """Most utilised resource over the run and its utilisation, as the engine's rows."""
-        from ..records import _describe_resource
-
-        best_name, best_util = "", 0.0
-        rows = []
-        for key, cap, carried in self.links:
-            util = carried / (cap * self.time_s) if self.time_s > 0 else 0.0
-            rows.append((-util, _describe_resource(graph, key)[0]))
-        if rows:
-            neg, best_name = min(rows)
-            best_util = -neg
-        return best_name, float(best_util)
-
-
-# -- paths ---------------------------------------------------------------------------------------
-class _Paths:
-    """Resources (global ids), capacities and latency of every routed (src, dst) node pair."""
-
-    def __init__(self, graph: nx.DiGraph):
-        self.graph = graph
-        self._router: Router | None = None
-        self.index: dict = {}
-        self.keys: list = []
-        self.capacity: list[float] = []
-
-    def _resource(self, key, capacity: float) -> int:
-        idx = self.index.get(key)
-        if idx is None:
-            idx = self.index[key] = len(self.keys)
-            self.keys.append(key)
-            self.capacity.append(float(capacity))
-        return idx
-
-    def _hub(self, nodes) -> str | None:
-        """The common hub of ``nodes`` when each has one out-link and one in-link, to it (and
-        the hub forwards between them: not a PCIe switch whose GPUs lack peer-to-peer)."""
-        if not (self.graph.graph.get("params") or {}).get("p2p", True):
-            return None
-        succ, pred = self.graph.succ, self.graph.pred
-        hub = None
-        for n in nodes:
-            out, inn = succ[n], pred[n]
-            if len(out) != 1 or len(inn) != 1:
-                return None
-            (h,) = out
-            (h2,) = inn
-            if h != h2 or (hub is not None and h != hub):
-                return None
-            hub = h
-        if hub is None or self.graph.nodes[hub].get("kind") in NON_TRANSIT_KINDS:
-            return None
-        return hub
-
-    def route(self, src_nodes: list, dst_nodes: list):
-        """CSR ``(ptr, res)`` of resource ids and ``latency`` for each (src, dst) pair."""
-        graph = self.graph
-        pairs = len(src_nodes)
-        lengths = np.zeros(pairs, dtype=np.int64)
-        latency = np.zeros(pairs)
-        res: list[int] = []
-        hub = self._hub(sorted(set(src_nodes) | set(dst_nodes)))
-        if hub is not None:
-            cap = graph.nodes[hub].get("throughput_bytes_per_s")
-            hub_res = [] if cap is None else [self._resource(("node", hub), cap)]
-            up, down = {}, {}
-            for k, (s, d) in enumerate(zip(src_nodes, dst_nodes)):
-                if s == d:
-                    continue
-                u = up.get(s)
-                if u is None:
-                    e = graph.edges[s, hub]
-                    u = up[s] = (self._resource((s, hub), e["bandwidth_bytes_per_s"]),
-                                 e["latency_s"])
-                v = down.get(d)
-                if v is None:
-                    e = graph.edges[hub, d]
-                    v = down[d] = (self._resource((hub, d), e["bandwidth_bytes_per_s"]),
-                                   e["latency_s"])
-                res.append(u[0])
-                res.extend(hub_res)
-                res.append(v[0])
-                lengths[k] = 2 + len(hub_res)
-                latency[k] = float(sum((u[1], v[1])))   # as Router: 0 + l1 + l2
-        else:
-            router = self._router = self._router or Router(graph)
-            for k, (s, d) in enumerate(zip(src_nodes, dst_nodes)):
-                path = router.path(s, d)
-                ids = [self._resource(key, router.capacity(key)) for key in path.resources]
-                res.extend(ids)
-                lengths[k] = len(ids)
-                latency[k] = path.latency_s
-        ptr = np.zeros(pairs + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        return ptr, np.asarray(res, dtype=np.int64), latency
-
-    def caps(self) -> np.ndarray:
-        return np.asarray(self.capacity, dtype=np.float64)
-
-    def table(self, res_bytes: np.ndarray) -> tuple:
-        return tuple((k, c, float(b)) for k, c, b in zip(self.keys, self.capacity, res_bytes))
-
-
-def _reduce_totals(nodes, dst_rank: np.ndarray, dur: np.ndarray) -> tuple:
-    """``(node, seconds)`` of reduction compute per device, in node order."""
-    per_rank = np.bincount(dst_rank, weights=dur, minlength=len(nodes))
-    totals: dict = {}
-    for node, sec in zip(nodes, per_rank.tolist()):
-        if sec > 0:
-            totals[node] = totals.get(node, 0.0) + sec
-    return tuple(sorted(totals.items()))
-
-
-# -- array helpers -------------------------------------------------------------------------------
 def _ragged_arange(counts: np.ndarray) -> np.ndarray:
     total = int(counts.sum())
     starts = np.repeat(np.cumsum(counts) - counts, counts)
@@ -470,22 +314,24 @@ def fast_time(schedule: Schedule, graph: nx.DiGraph, placement,
     aligned = aligned_time(schedule, graph, placement, reduce_compute)
     if aligned.applicable:
         return aligned
-    return _unaligned_time(schedule, graph, placement, reduce_compute, aligned)
+    result = _unaligned_time(schedule, graph, placement, reduce_compute)
+    if result.applicable:
+        return result
+    return dataclasses.replace(result, reason=f"{aligned.method}: {aligned.reason}; "
+                                              f"step-synchronous: {result.reason}")
 
 
-def _unaligned_time(schedule: Schedule, graph: nx.DiGraph, placement, reduce_compute: bool,
-                    aligned: FastResult) -> FastResult:
-    """The step-synchronous analysis, once the aligned-steps one declined (``aligned``)."""
+def _unaligned_time(schedule: Schedule, graph: nx.DiGraph, placement,
+                    reduce_compute: bool) -> FastResult:
+    """The step-synchronous analysis (what times unaligned steps without numba)."""
     accesses = 2 * int(schedule.nchunks.sum())
     if accesses > MAX_ACCESSES:
-        return FastResult(math.nan, False, f"{aligned.method}: {aligned.reason}; "
-                          f"step-synchronous: {accesses:,} chunk accesses are too many for "
-                          f"the dependency graph (limit {MAX_ACCESSES:,})", "step-synchronous")
+        return FastResult(math.nan, False, f"{accesses:,} chunk accesses are too many for the "
+                          f"dependency graph (limit {MAX_ACCESSES:,})", "step-synchronous")
     try:
         return _step_synchronous(schedule, graph, tuple(placement), reduce_compute)
     except NotApplicable as exc:
-        return FastResult(math.nan, False, f"{aligned.method}: {aligned.reason}; "
-                          f"step-synchronous: {exc}", "step-synchronous")
+        return FastResult(math.nan, False, str(exc), "step-synchronous")
 
 
 def _step_synchronous(schedule: Schedule, graph: nx.DiGraph, placement: tuple,
@@ -1245,94 +1091,3 @@ def _fixed_rates(ptr, res, weight, plan: _RingPlan, conn: np.ndarray) -> np.ndar
             f"which their own bottlenecks would oversubscribe ({load[r]:.6g} B/s): their "
             f"rates depend on which of them are active")
     return rate
-
-
-# -- collective entry point ----------------------------------------------------------------------
-#: Schedules with more transfers than this are not built (for either engine, through here).
-MAX_TRANSFERS = 40_000_000
-
-
-def _quadratic_transfers(algorithm: str, collective: str, p: int, options: dict) -> int:
-    """Transfer count of the algorithms whose schedules grow as ``p^2`` (0 for the others)."""
-    if algorithm == "ring" and collective in RING_COLLECTIVES:
-        phases = 2 if collective == "allreduce" else 1
-        return phases * p * (p - 1) * int(options.get("channels", 1))
-    if algorithm == "direct":
-        return (2 if collective == "allreduce" else 1) * p * p
-    return 0
-
-
-def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int,
-                    gpus: int, placement, *, slices: int = 1, reduce_compute: bool = True,
-                    options: dict | None = None, schedule: Schedule | None = None):
-    """Fast time of one collective over ``gpus`` worker ranks placed on ``placement`` (workers,
-    then dedicated servers), in this order: the symmetric ring or the ring recurrence (ring,
-    ``slices=1``; the schedule is not built); the compiled tree pipeline (pipelined ``tree``
-    and ``double_binary_tree``); the aligned-steps analysis of the schedule (built here with
-    ``make_schedule`` unless given); the compiled event simulation of the schedule (numba);
-    without numba, the step-synchronous analysis.
-
-    Returns ``(FastResult, schedule)``; ``schedule`` is None when it was never built.
-    """
-    from ..schedules import make_schedule
-
-    options = dict(options or {})
-    reasons = []
-    if algorithm == "ring" and slices == 1 and collective in RING_COLLECTIVES \
-            and options.get("orders") is None \
-            and not options.get("barriers"):    # explicit orders or barriers: not the
-        # free-running index-order ring the shortcuts time
-        # validate the options as make_schedule does (the ring's do not depend on the rank
-        # count), without building the 2p(p-1) transfers
-        make_schedule(algorithm, collective, min(gpus, 2), size_bytes, slices=slices, **options)
-        result = ring_time(graph, list(placement)[:gpus], collective, size_bytes,
-                           channels=int(options.get("channels", 1)),
-                           local_ranks=options.get("local_ranks"),
-                           reduce_compute=reduce_compute)
-        if result.applicable:
-            return result, schedule
-        reasons.append(f"{result.method}: {result.reason}")
-    whole_tree = algorithm == "tree" and int(options.get("segments", 1)) == 1
-    if algorithm in TREE_ALGORITHMS and slices == 1 and schedule is None and not whole_tree:
-        # (a whole-message tree runs in lockstep steps: the aligned-steps analysis below
-        # times its 2(p-1) transfers without the compiled kernel)
-        from .tree_pipeline import tree_pipeline_time
-
-        make_schedule(algorithm, collective, min(gpus, 2), size_bytes, slices=slices,
-                      **{k: v for k, v in options.items() if k != "root"})   # validates
-        result = tree_pipeline_time(graph, placement, collective, algorithm, size_bytes, gpus,
-                                    options, reduce_compute)
-        if result.applicable:
-            return result, schedule
-        reasons.append(f"{result.method}: {result.reason}")
-    if schedule is None:
-        estimate = _quadratic_transfers(algorithm, collective, gpus, options) * slices
-        if estimate > MAX_TRANSFERS:
-            raise SimulationError(
-                f"{algorithm} {collective} on {gpus} ranks has about {estimate:,} transfers, "
-                f"too many to build (limit {MAX_TRANSFERS:,}); "
-                + (f"the ring shortcuts do not apply ({reasons[0]})" if reasons else
-                   "use fewer ranks"))
-        schedule = make_schedule(algorithm, collective, gpus, size_bytes, slices=slices,
-                                 **options)
-    if slices > 1:
-        result = FastResult(math.nan, False, f"pipelined (slices={slices}): successive steps "
-                            f"overlap on the same links", "step-synchronous")
-    else:
-        result = aligned_time(schedule, graph, placement, reduce_compute)
-    if result.applicable:
-        return result, schedule
-    # Steps not in lockstep: the event engine's own algorithm, compiled (it costs about what
-    # the step-synchronous analysis costs, and never declines); without numba that analysis.
-    from .compiled import compiled_time
-
-    compiled = compiled_time(schedule, graph, placement, reduce_compute)
-    if compiled.applicable:
-        return compiled, schedule
-    if slices == 1:
-        result = _unaligned_time(schedule, graph, tuple(placement), reduce_compute, result)
-    if not result.applicable:
-        reasons.append(f"{compiled.method}: {compiled.reason}")
-    if not result.applicable and reasons:
-        result = dataclasses.replace(result, reason="; ".join(reasons + [result.reason]))
-    return result, schedule

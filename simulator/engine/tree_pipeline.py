@@ -45,6 +45,7 @@ import networkx as nx
 import numpy as np
 
 from ..schedules.base import split_bytes
+from .common import FastResult, drop_stale_kernel_caches, numba_available, placed
 
 #: Algorithms this module times (their schedules come from ``schedules.tree.tree_schedule``).
 TREE_ALGORITHMS = ("tree", "double_binary_tree")
@@ -53,54 +54,6 @@ UP_COLLECTIVES = ("allreduce", "reduce")
 DOWN_COLLECTIVES = ("allreduce", "broadcast")
 
 _KERNEL = None
-
-
-def numba_available() -> bool:
-    """Whether the compiled kernel can be built (numba installed and importable)."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-#: The compiled kernels whose cached machine code includes :mod:`._flow_kernel`'s helpers.
-KERNEL_MODULES = ("_tree_kernel", "_schedule_kernel")
-_CACHES_CHECKED = False
-
-
-def drop_stale_kernel_caches() -> None:
-    """Delete the kernels' numba cache files that are older than ``_flow_kernel.py``.
-
-    numba's disk cache of a function is invalidated by changes to the function's own file only,
-    while the kernels compile :mod:`._flow_kernel`'s helpers into their machine code: after an
-    edit of ``_flow_kernel.py`` they would go on running (and being timed with) the old helpers.
-    Checked once per process, before the first kernel call; a fresh install or clone has no
-    cache to check. (Caches that numba keeps elsewhere, e.g. under ``NUMBA_CACHE_DIR``, are not
-    looked at.)"""
-    global _CACHES_CHECKED
-    if not _CACHES_CHECKED:
-        _CACHES_CHECKED = True
-        from pathlib import Path
-
-        stale_kernel_caches(Path(__file__).parent, delete=True)
-
-
-def stale_kernel_caches(folder, delete: bool = False) -> list:
-    """The cache files of :data:`KERNEL_MODULES` in ``folder/__pycache__`` older than
-    ``folder/_flow_kernel.py`` (deleted if ``delete``)."""
-    stale = []
-    try:
-        shared = (folder / "_flow_kernel.py").stat().st_mtime
-        for module in KERNEL_MODULES:
-            for cached in sorted((folder / "__pycache__").glob(f"{module}.*.nb[ic]")):
-                if cached.stat().st_mtime < shared:
-                    stale.append(cached)
-                    if delete:
-                        cached.unlink(missing_ok=True)
-    except OSError:     # a read-only install, or another process removing them as well
-        pass
-    return stale
 
 
 def tree_layout(collective: str, algorithm: str, ranks: int, size_bytes: int, options: dict):
@@ -148,33 +101,6 @@ def _connections(trees, collective: str):
     return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy()
 
 
-def placed(graph: nx.DiGraph, nodes: list, src: np.ndarray, dst: np.ndarray,
-           reduce_compute: bool):
-    """What the compiled kernels need of a placement: routes (one per distinct (src, dst) rank
-    pair; ``path_of`` maps each connection to its pair's) and every rank's device and
-    reduction rate (``inf``: free).
-
-    Returns ``(paths, path_of, res_ptr, res_idx, latency, devices, rank_device, rank_rate)``
-    with ``paths`` the :class:`~simulator.engine.fast._Paths` (resource keys and capacities)
-    and ``devices`` the device names in index order."""
-    from .fast import _Paths
-
-    p = len(nodes)
-    pairs, path_of = np.unique(np.asarray(src, dtype=np.int64) * p + dst,
-                               return_inverse=True)
-    paths = _Paths(graph)
-    res_ptr, res_idx, latency = paths.route([nodes[k // p] for k in pairs.tolist()],
-                                            [nodes[k % p] for k in pairs.tolist()])
-    index: dict = {}
-    rank_device = np.asarray([index.setdefault(v, len(index)) for v in nodes], dtype=np.int64)
-    rank_rate = np.full(p, np.inf)
-    if reduce_compute:
-        rank_rate = np.asarray([float(graph.nodes[v].get("reduce_bytes_per_s", math.inf))
-                                for v in nodes])
-    return (paths, path_of.astype(np.int64), res_ptr, res_idx, latency, list(index),
-            rank_device, rank_rate)
-
-
 def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm: str,
                        size_bytes: int, gpus: int, options: dict | None = None,
                        reduce_compute: bool = True):
@@ -183,7 +109,6 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     Returns a :class:`~simulator.engine.fast.FastResult` with ``method="tree-pipeline"``; not
     applicable (with the reason) for other algorithms or when numba is missing.
     """
-    from .fast import FastResult
 
     options = dict(options or {})
     method = "tree-pipeline"

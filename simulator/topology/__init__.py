@@ -13,7 +13,7 @@ from simulator.topology.builders import (
 )
 from simulator.topology.devices import DEVICES, Device, get_device
 from simulator.topology.graph import (
-    EDGE_KINDS, NODE_KINDS, describe, endpoints, ps_endpoints, validate,
+    EDGE_KINDS, NODE_KINDS, describe, endpoints, local_ranks, ps_endpoints, validate,
 )
 from simulator.topology.presets import list_topologies, load_topology, preset_names, read_preset
 from simulator.topology.rings import RingPlan, ring_orders
@@ -22,6 +22,6 @@ from simulator.topology.routing import Path, Router
 __all__ = [
     "BUILDERS", "DEVICES", "Device", "EDGE_KINDS", "NODE_KINDS", "Path", "Router", "build",
     "describe", "endpoints", "fat_tree", "get_device", "gpu_cluster", "list_topologies",
-    "load_topology", "parameter_names", "preset_names", "ps_endpoints", "read_preset",
+    "load_topology", "local_ranks", "parameter_names", "preset_names", "ps_endpoints", "read_preset",
     "RingPlan", "ring_orders", "star", "validate",
 ]

@@ -83,6 +83,13 @@ def endpoints(graph: nx.DiGraph) -> list[str]:
     return _sorted_by_index(graph, (n for n, k in graph.nodes(data="kind") if k == kind))
 
 
+def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
+    """Endpoints per machine among the first ``gpus`` endpoints (for hierarchical algorithms)."""
+    eps = endpoints(graph)[:gpus]
+    first = graph.nodes[eps[0]].get("node_index", 0)
+    return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
+
+
 def ps_endpoints(graph: nx.DiGraph) -> list[str]:
     """Dedicated parameter-server hosts (``host`` nodes of a graph with GPUs), in order.
 

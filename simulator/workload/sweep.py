@@ -27,16 +27,14 @@ import numpy as np
 from .compression import Compression
 from .energy import ENERGY_COLUMNS, energy_columns
 from .faults import FailurePlan, goodput
-from .training import DDP_BUCKET_BYTES, TRAINING_COLUMNS, PsConfig, simulate_training
+from .training import (DDP_BUCKET_BYTES, GRADIENT_BYTES, PRECISIONS, TRAINING_COLUMNS,  # noqa: F401
+                       PsConfig, simulate_training)
 
 EXTRA_COLUMNS = ("device", "straggler_factor", "stragglers", "failure_policy", "recovery",
                  "goodput_samples_s", "lost_s", "stalled_s", "compression",
                  "wire_bytes_per_iteration", "ps_in_bytes_per_iteration",
                  "ps_out_bytes_per_iteration") + ENERGY_COLUMNS
 
-#: Bytes per gradient element on the wire: mixed precision (amp) all-reduces fp16 gradients.
-GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
-PRECISIONS = tuple(GRADIENT_BYTES)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,10 @@ from .compression import Compression
 
 DDP_BUCKET_BYTES = 25 << 20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
 
+#: Bytes per gradient element on the wire: mixed precision (amp) all-reduces fp16 gradients.
+GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
+PRECISIONS = tuple(GRADIENT_BYTES)
+
 TRAINING_COLUMNS = (
     "model", "aggregation", "gpus", "batch_per_gpu", "precision", "iteration_s",
     "throughput_samples_s", "per_gpu_samples_s", "speedup", "efficiency", "compute_s",
@@ -441,7 +445,8 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
 def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, collective_engine):
     """Fast-path result of every bucket's collective, or None to run them on the engine."""
     from ..collective import ENGINES
-    from ..engine.fast import NotApplicable, fast_collective
+    from ..engine.common import NotApplicable
+    from ..engine.dispatch import fast_collective
 
     if collective_engine not in ENGINES:
         raise ConfigError(f"unknown collective engine {collective_engine!r}; valid: "
@@ -485,7 +490,7 @@ def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options,
     import dataclasses
 
     from ..collective import default_options
-    from ..engine.fast import fast_collective
+    from ..engine.dispatch import fast_collective
 
     n = len(workers)
     if _codec_kernels(codec, buckets, workers):
@@ -567,8 +572,6 @@ class _Codec:
 
     @property
     def element_bytes(self) -> int:
-        from .sweep import GRADIENT_BYTES
-
         return GRADIENT_BYTES.get(self.precision, 4)
 
     def wire(self, size_bytes: int) -> int:

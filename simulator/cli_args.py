@@ -1,0 +1,73 @@
+"""Command-line pieces that more than one command's module uses: ``--param`` pairs, algorithm
+names, and the collective-library flags. :mod:`simulator.cli` and :mod:`simulator.compare_cli`
+both build on this module, and it on neither.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError
+
+
+def _params(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--param expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def check_algorithm(name: str) -> None:
+    """A registered algorithm, or one a library adds (``nvls``); else the error listing both."""
+    from .library.nccl import NCCL_ALGORITHM
+    from .schedules import ALGORITHMS, get_algorithm
+
+    if name in NCCL_ALGORITHM and name not in ALGORITHMS:
+        return
+    get_algorithm(name)
+
+
+def add_library_arguments(parser) -> None:
+    """``--library``, ``--protocol``, ``--launch``, ``--nccl-version``: the collective library
+    between the algorithm and the wires (:mod:`simulator.library`)."""
+    parser.add_argument("--library", default=None, metavar="ideal|nccl",
+                        help="collective library (default: nccl on GPU topologies, ideal on "
+                             "star and fat_tree)")
+    parser.add_argument("--protocol", default=None, metavar="LL|LL128|Simple|auto",
+                        help="force the library's protocol (as NCCL_PROTO); default: its tuner")
+    parser.add_argument("--launch", default=None, metavar="MODE",
+                        help="how calls were issued: mpi (one process per GPU), group[:G] (one "
+                             "thread drives G GPUs, nccl-tests -g G), torch, none")
+    parser.add_argument("--nccl-version", default=None, metavar="X.Y",
+                        help="NCCL version whose constants to use (default: the newest, 2.30; "
+                             "compare: each point's nccl_version)")
+
+
+def library_args(args, graph) -> dict:
+    """The library keyword arguments of ``run_collective``/``compare`` from parsed flags."""
+    from .library import LIBRARIES, default_library
+    from .library.launch import parse_launch
+    from .library.nccl import _protocol
+    from .library.nccl_constants import get_version
+
+    name = args.library or default_library(graph)
+    if name not in LIBRARIES:
+        from .errors import unknown_name
+
+        raise unknown_name("library (--library)", name, LIBRARIES)
+    protocol = None if args.protocol in (None, "auto") else _protocol(args.protocol)
+    if name == "ideal" and (protocol or args.launch or args.nccl_version):
+        raise ConfigError("--protocol, --launch and --nccl-version need --library nccl (the "
+                          "ideal library has no protocols or launch costs)")
+    if args.launch is not None:
+        parse_launch(args.launch)
+    if args.nccl_version is not None:
+        import re
+
+        if not re.fullmatch(r"\s*\d+\.\d+(\.\d+)?\s*", str(args.nccl_version)):
+            raise ConfigError(f"--nccl-version: expected a version such as 2.18 or 2.18.3, "
+                              f"got {args.nccl_version!r}")
+        get_version(args.nccl_version)
+    return {"library": name, "protocol": protocol, "launch": args.launch,
+            "version": args.nccl_version}
