@@ -278,54 +278,22 @@ def split_points(measured: pd.DataFrame, fit_fraction: float = 0.5, seed: int = 
 # --- optimiser ----------------------------------------------------------------------------------
 
 def nelder_mead(f, x0, steps, *, max_evaluations: int = 200, tolerance: float = 1e-4):
-    """Minimise ``f`` from ``x0`` by the Nelder-Mead simplex method.
+    """Minimise ``f`` from ``x0`` by the Nelder-Mead simplex method of
+    :func:`scipy.optimize.minimize` (standard coefficients, Lagarias et al., SIAM J. Optim.
+    9(1), 1998), from the simplex ``x0`` and ``x0 + steps[i] e_i``. Stops when the spread of the
+    simplex values falls below ``tolerance`` or after ``max_evaluations`` calls of ``f``.
+    Returns ``(x, f(x), evaluations)``. Deterministic (no randomness in the method)."""
+    from scipy.optimize import minimize
 
-    Standard coefficients (reflection 1, expansion 2, contraction 1/2, shrink 1/2; Lagarias,
-    Reeds, Wright and Wright, SIAM J. Optim. 9(1), 1998). The initial simplex is ``x0`` and
-    ``x0 + steps[i] e_i``. Stops when the spread of the simplex values falls below
-    ``tolerance`` or after ``max_evaluations`` calls. Returns ``(x, f(x), evaluations)``.
-    Deterministic: no randomness, ties keep the earlier vertex.
-    """
     x0 = np.asarray(x0, dtype=float)
     n = len(x0)
     if n == 0:
         return x0, float(f(x0)), 1
-    simplex = [x0] + [x0 + np.eye(n)[i] * steps[i] for i in range(n)]
-    values = [float(f(x)) for x in simplex]
-    evaluations = n + 1
-    while evaluations < max_evaluations:
-        order = np.argsort(values, kind="stable")
-        simplex = [simplex[i] for i in order]
-        values = [values[i] for i in order]
-        if values[-1] - values[0] < tolerance:
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        worst = simplex[-1]
-        reflected = centroid + (centroid - worst)
-        fr = float(f(reflected))
-        evaluations += 1
-        if fr < values[0]:
-            expanded = centroid + 2.0 * (centroid - worst)
-            fe = float(f(expanded))
-            evaluations += 1
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-            continue
-        if fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-            continue
-        outside = fr < values[-1]
-        contracted = centroid + 0.5 * ((reflected if outside else worst) - centroid)
-        fc = float(f(contracted))
-        evaluations += 1
-        if fc < (fr if outside else values[-1]):
-            simplex[-1], values[-1] = contracted, fc
-            continue
-        for i in range(1, n + 1):
-            simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
-            values[i] = float(f(simplex[i]))
-        evaluations += n
-    best = int(np.argmin(values))
-    return simplex[best], values[best], evaluations
+    simplex = np.vstack([x0] + [x0 + np.eye(n)[i] * steps[i] for i in range(n)])
+    result = minimize(lambda x: float(f(x)), x0, method="Nelder-Mead",
+                      options={"initial_simplex": simplex, "maxfev": max_evaluations,
+                               "fatol": tolerance, "xatol": np.inf})
+    return np.asarray(result.x), float(result.fun), int(result.nfev)
 
 
 # --- calibration --------------------------------------------------------------------------------

@@ -136,6 +136,9 @@ def cmd_collective(args) -> int:
             ps_opts["placement"] = "colocated"
             print("all: no free host for a dedicated parameter server on this topology; "
                   "the ps rows use colocated servers", file=sys.stderr)
+    from .collective import default_engine
+
+    engine = args.engine or default_engine()
     rows = []
     for size in sizes:
         for name in algorithms:
@@ -143,7 +146,7 @@ def cmd_collective(args) -> int:
             opts.update(extra.get(name, {}))
             result = run_collective(graph, args.collective, name, size, gpus=args.gpus,
                                     slices=args.slices, reduce_compute=not args.free_reduce,
-                                    engine=args.engine, library=library,
+                                    engine=engine, library=library,
                                     protocol=lib_args["protocol"], **opts)
             row = dict(result.row)
             if name == "auto":
@@ -488,11 +491,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "inner=ring, outer=double_binary_tree (repeatable)")
     c.add_argument("--free-reduce", action="store_true",
                    help="do not charge reduction compute on the receiving device")
-    c.add_argument("--engine", choices=["event", "fast", "auto"], default="event",
-                   help="event: the flow-level event engine (default); fast: the exact "
-                        "step-synchronous/symmetric fast path, an error where it cannot prove "
-                        "itself equal to the event engine; auto: fast where it applies, else "
-                        "event. The row's engine column says which ran")
+    c.add_argument("--engine", choices=["event", "fast", "auto"], default=None,
+                   help="auto (the default): the first exact fast method that applies "
+                        "(engine/dispatch.py), else the event engine; fast: a fast method or "
+                        "an error saying why none applies; event: the SimPy flow-level event "
+                        "engine, the reference. The row's engine column says which ran")
     add_library_arguments(c)
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.set_defaults(func=cmd_collective)

@@ -175,6 +175,25 @@ def placement(graph: nx.DiGraph, gpus: int, servers: int = 0, dedicated: bool = 
     return nodes
 
 
+_NUMBA_NOTICE = [False]
+
+
+def default_engine() -> str:
+    """``auto`` (the exact fast methods where they apply, else the event engine). Without
+    numba the compiled methods decline and more cases fall back to the slower event engine;
+    that is said once per process on stderr."""
+    from .engine.common import numba_available
+
+    if not numba_available() and not _NUMBA_NOTICE[0]:
+        import sys
+
+        _NUMBA_NOTICE[0] = True
+        print("clustersim: numba cannot be imported; the compiled fast methods are off and "
+              "more collectives run on the slower event engine (pip install numba)",
+              file=sys.stderr)
+    return "auto"
+
+
 def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int, *,
                    gpus: int | None = None, slices: int = 1, reduce_compute: bool = True,
                    record_rates: bool = False, sim_engine: Engine | None = None,

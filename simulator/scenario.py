@@ -814,7 +814,7 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
     The row carries the scenario name and seed; the engine holds the records (transfers,
     compute, and with ``record_rates`` the per-link rate timeline for traces and heatmaps).
     """
-    from .collective import run_collective
+    from .collective import default_engine, run_collective
     from .topology import load_topology
 
     graph = graph if graph is not None else load_topology(scenario.topology,
@@ -828,10 +828,13 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
         sweep = scenario.collective
         gpus, size, algorithm = point
         opts = sweep.ps.as_options() if algorithm == "ps" else {}
+        # the fast methods where they apply (exact; the event engine otherwise), the event
+        # engine where its records are wanted (traces, heatmaps)
         result = run_collective(graph, sweep.collective, algorithm, size, gpus=gpus,
                                 slices=sweep.slices, reduce_compute=not sweep.free_reduce,
-                                record_rates=record_rates, **scenario_library(scenario, graph),
-                                **opts)
+                                record_rates=record_rates,
+                                engine="event" if record_rates else default_engine(),
+                                **scenario_library(scenario, graph), **opts)
     from . import __version__
 
     return ({"scenario": scenario.name, **result.row, "seed": scenario.seed,

@@ -137,6 +137,6 @@ def test_algorithm_options_reach_the_algorithm(capsys):
 def test_time_budget_stops_a_long_run_with_one_line(capsys):
     code, out, err = run_cli(capsys, "--time-budget", "0", "collective", "--topology", "star",
                              "--param", "hosts=64", "--algorithm", "double_binary_tree",
-                             "--size", "256MiB")
+                             "--size", "256MiB", "--engine", "event")
     assert code == 2 and out == ""
     assert "wall-clock budget exceeded" in err and err.count("\n") == 1

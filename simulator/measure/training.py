@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -336,12 +337,6 @@ def _run(base: dict, kind: str, workers: int, deadline: float, net) -> list[dict
         return _read_results(tmp, world)
 
 
-def _median(values) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-
-
 def _rows(results, counts, aggregations, model, batch, threads, network, bandwidth):
     import torch
 
@@ -352,7 +347,7 @@ def _rows(results, counts, aggregations, model, batch, threads, network, bandwid
     framework = {"ddp": f"PyTorch {torch.__version__} DistributedDataParallel (gloo)",
                  "ps": f"PyTorch {torch.__version__} torch.distributed parameter server "
                        f"(one dedicated server process, BSP)"}
-    one_rank = _median(next(r for r in results[aggregations[0], 1] if not r["server"])
+    one_rank = statistics.median(next(r for r in results[aggregations[0], 1] if not r["server"])
                        ["compute_s"])
     rows = []
     for kind in aggregations:
@@ -361,8 +356,7 @@ def _rows(results, counts, aggregations, model, batch, threads, network, bandwid
             ranks = [r for r in results[kind, n] if not r["server"]]
             per_iteration = [max(ts) for ts in zip(*(r["times_s"] for r in ranks))]
             iteration = max(r["total_s"] for r in ranks) / len(per_iteration)
-            mean = sum(per_iteration) / len(per_iteration)
-            std = math.sqrt(sum((t - mean) ** 2 for t in per_iteration) / len(per_iteration))
+            std = statistics.pstdev(per_iteration)
             rate = n * batch / iteration
             base_rate = rate if n == 1 else base_rate
             speedup = rate / base_rate
@@ -378,7 +372,7 @@ def _rows(results, counts, aggregations, model, batch, threads, network, bandwid
                 "notes": f"{len(per_iteration)} timed iterations after warm-up; iteration = "
                          f"wall time of the timed iterations / count",
                 "iteration_s": iteration, "iteration_std_s": std,
-                "compute_s": _median([_median(r["compute_s"]) for r in ranks]),
+                "compute_s": statistics.median([statistics.median(r["compute_s"]) for r in ranks]),
                 "compute_1rank_s": one_rank, "threads_per_rank": threads, "cores": cores,
                 "network": network,
                 "bandwidth_bytes_per_s": math.nan if bandwidth is None else bandwidth,
