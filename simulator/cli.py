@@ -442,6 +442,21 @@ def cmd_topology(args) -> int:
     return 0
 
 
+def cmd_schema(args) -> int:
+    from pathlib import Path
+
+    from .grammar import json_schema
+
+    text = json_schema(args.kind) + "\n"
+    if args.output:
+        from .report.output import write_text
+
+        print(f"wrote {write_text(Path(args.output), text)}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_algorithms(_args) -> int:
     from .schedules import ALGORITHMS
 
@@ -574,6 +589,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("name", nargs="?", help="preset name, builder name or YAML file")
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE")
     t.set_defaults(func=cmd_topology)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of scenario or topology files "
+                                       "(for editors: completion and checks as you type)")
+    sc.add_argument("kind", choices=["scenario", "topology"])
+    sc.add_argument("-o", "--output", default=None, help="write it to this file instead")
+    sc.set_defaults(func=cmd_schema)
 
     a = sub.add_parser("algorithms", help="list registered algorithms")
     a.set_defaults(func=cmd_algorithms)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import grammar
 from .config import Where, as_list, check_keys, read_text_file, read_yaml
 from .errors import ClusterSimError, ConfigError
 from .schedules import COLLECTIVES, get_algorithm
@@ -39,30 +40,23 @@ from .units import parse_size, parse_throughput
 
 #: The workload sections; a scenario has exactly one.
 WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
-TOP_KEYS = ("name", "description", "seed", "topology", "library") + WORKLOADS + ("report",)
-LIBRARY_KEYS = ("name", "protocol", "launch", "nccl_version")
-TOPOLOGY_KEYS = ("name", "params")
-COLLECTIVE_KEYS = ("collective", "algorithms", "sizes", "gpus", "slices", "ps", "free_reduce")
-PS_KEYS = ("servers", "placement", "shards", "overlap")
-REPORT_KEYS = ("plots",)
-TRAINING_KEYS = ("models", "batch_per_gpu", "gpus", "aggregations", "precision", "device",
-                 "bucket", "overlap", "slices", "ps", "compute", "stragglers", "failure",
-                 "compression", "framework", "single_gpu_throughput")
-COMPRESSION_KEYS = ("kind", "fraction", "error_feedback", "chunk_elements", "selection_passes")
-STRAGGLER_KEYS = ("count", "factors")
-FAILURE_KEYS = ("at", "horizon", "checkpoint_interval", "checkpoint_cost", "restart", "reform",
-                "policies")
-TRAINING_PS_KEYS = ("servers", "placement", "sharding", "consistency", "staleness", "iterations",
-                    "local_aggregation", "impl", "tau", "hierarchy")
-ZERO_KEYS = ("model", "device", "gpus", "micro_batch", "precision", "stages", "prefetch",
-             "checkpointing", "group", "algorithm")
-PIPELINE_KEYS = ("model", "device", "stages", "replicas", "micro_batch", "micro_batches",
-                 "schedules", "precision", "algorithm", "equal_stages", "timeline_micro_batches")
-HYBRID_KEYS = ("gpus", "servers", "shardings", "alpha", "batch_per_gpu", "tables", "rows", "dim",
-               "bytes_per_element", "lookups_per_sample", "bottom_mlp", "top_mlp",
-               "aggregation", "bucket", "precision", "device", "iterations")
-TIME_TO_TRAIN_KEYS = ("studies", "forms", "aggregation", "precision", "device", "bucket")
-TIME_TO_TRAIN_STUDY_KEYS = ("model", "batch_per_gpu", "gpus", "optimizers")
+#: The keys of every section, from the typed grammar (:mod:`simulator.grammar`).
+TOP_KEYS = grammar.keys(grammar.Scenario)
+LIBRARY_KEYS = grammar.keys(grammar.LibrarySection)
+TOPOLOGY_KEYS = grammar.keys(grammar.TopologyRef)
+COLLECTIVE_KEYS = grammar.keys(grammar.CollectiveSection)
+PS_KEYS = grammar.keys(grammar.CollectivePs)
+REPORT_KEYS = grammar.keys(grammar.ReportSection)
+TRAINING_KEYS = grammar.keys(grammar.TrainingSection)
+COMPRESSION_KEYS = grammar.keys(grammar.CompressionSection)
+STRAGGLER_KEYS = grammar.keys(grammar.StragglerSection)
+FAILURE_KEYS = grammar.keys(grammar.FailureSection)
+TRAINING_PS_KEYS = grammar.keys(grammar.TrainingPs)
+ZERO_KEYS = grammar.keys(grammar.ZeroSection)
+PIPELINE_KEYS = grammar.keys(grammar.PipelineSection)
+HYBRID_KEYS = grammar.keys(grammar.HybridSection)
+TIME_TO_TRAIN_KEYS = grammar.keys(grammar.TimeToTrainSection)
+TIME_TO_TRAIN_STUDY_KEYS = grammar.keys(grammar.TimeToTrainStudy)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,157 @@
+"""The typed grammar (simulator/grammar.py): it accepts every shipped file, its keys are the
+loaders' keys, ``clustersim schema`` prints it as JSON Schema, and scenarios generated from it
+(hypothesis strategies over the models' fields) never crash the loader."""
+
+import json
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+from pydantic import BaseModel
+
+from simulator import grammar
+from simulator.errors import ClusterSimError
+from simulator.scenario import read_scenario
+from simulator.topology.presets import _KEYS as PRESET_KEYS
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+PRESETS = sorted((ROOT / "topologies").glob("*.yaml"))
+GENERATED = {"cases": 0, "loaded": 0, "refused": 0}
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_every_shipped_scenario_fits_the_typed_grammar(path):
+    grammar.Scenario.model_validate(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.name)
+def test_every_preset_fits_the_typed_grammar(path):
+    grammar.TopologyFile.model_validate(yaml.safe_load(path.read_text()))
+
+
+def test_preset_keys_are_the_loader_keys():
+    assert grammar.keys(grammar.TopologyFile) == tuple(PRESET_KEYS)
+
+
+def test_the_grammar_rejects_what_it_must():
+    from pydantic import ValidationError
+
+    good = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+    for change in ({"seed": -1}, {"nonsense": 1}, {"collective": {**good["collective"],
+                                                                   "slices": 0}}):
+        with pytest.raises(ValidationError):
+            grammar.Scenario.model_validate({**good, **change})
+
+
+def test_cli_prints_json_schema_that_validates_the_shipped_files(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    for kind, files in (("scenario", SCENARIOS), ("topology", PRESETS)):
+        done = subprocess.run([sys.executable, "-m", "simulator", "schema", kind],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        schema = json.loads(done.stdout)
+        assert schema["title"] == f"clustersim {kind} file"
+        for path in files:
+            jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"name": "x", "nonsense": 1}, schema)
+
+
+# -- scenarios generated from the grammar -------------------------------------------------------
+
+NAMES = ["ring", "ps", "tree", "double_binary_tree", "resnet50", "vgg16", "dgx-a100", "star",
+         "fp32", "amp", "horovod", "ddp", "bsp", "easgd", "rack", "", "x", "64MiB", "1 us",
+         "100 Gbps", "per_node", "auto", "nccl", "1e999", "-3"]
+
+
+def _values(annotation, depth: int):
+    """A strategy for a value of ``annotation``: mostly well typed, sometimes not."""
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return sections(annotation, depth + 1)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return st.one_of(*[_values(a, depth) for a in args]) if args else st.none()
+    if origin is typing.Literal:
+        return st.sampled_from(list(typing.get_args(annotation)) + ["bogus"])
+    if origin is list:
+        return st.lists(_values(args[0], depth), max_size=3) if depth < 3 else st.just([])
+    if origin is dict:
+        return st.dictionaries(st.sampled_from(["nodes", "hosts", "gpu", "bogus"]),
+                               st.one_of(st.integers(-1, 4), st.sampled_from(NAMES)),
+                               max_size=2)
+    if annotation is bool:
+        return st.booleans()
+    if annotation is int:
+        return st.integers(-2, 64)
+    if annotation is float:
+        return st.floats(-1, 4, allow_nan=False)
+    if annotation is str:
+        return st.sampled_from(NAMES)
+    return st.one_of(st.integers(-1, 8), st.sampled_from(NAMES))
+
+
+@st.composite
+def sections(draw, model, depth: int = 0):
+    fields = model.model_fields
+    required = [k for k, f in fields.items() if f.is_required()]
+    optional = [k for k in fields if k not in required]
+    chosen = required + draw(st.lists(st.sampled_from(optional), unique=True, max_size=4)) \
+        if optional else required
+    if draw(st.integers(0, 9)) == 0 and chosen:
+        chosen = chosen[1:]                       # sometimes a required key is missing
+    return {k: draw(st.one_of(st.sampled_from(GOOD[k]), _values(fields[k].annotation, depth))
+                    if k in GOOD else _values(fields[k].annotation, depth)) for k in chosen}
+
+
+#: Values the loader accepts for common keys, so that generated scenarios also load.
+GOOD = {
+    "collective": ["allreduce"], "algorithms": [["ring", "tree"], "ring"],
+    "aggregations": [["ring", "ps"], "ring"], "models": [["resnet50"], "alexnet"],
+    "model": ["resnet50", "gpt2_xl"], "sizes": [["1MiB", 4096], "64KiB"], "gpus": [[2, 4], 4],
+    "precision": ["fp32", "fp16"], "bucket": ["25MiB"], "batch_per_gpu": [8, 32],
+    "stages": [2, 4], "micro_batches": [[1, 2], 4], "schedules": [["gpipe"], "1f1b"],
+    "device": ["a100-sxm4-80gb"], "optimizers": [["sgd"]], "rows": [1000],
+    "bottom_mlp": [[13, 64]], "top_mlp": [[64, 1]], "tables": [2], "dim": [16],
+    "framework": ["horovod", "ddp"], "single_gpu_throughput": ["100 img/s"],
+}
+
+
+@st.composite
+def scenarios(draw):
+    doc = {"name": "generated", "topology": draw(st.sampled_from(
+        ["star", "dgx-a100", {"name": "star", "params": {"hosts": 4}}, "nope"]))}
+    workload = draw(st.sampled_from(["collective", "training", "zero", "pipeline", "hybrid",
+                                     "time_to_train"]))
+    doc[workload] = draw(sections(grammar.Scenario.model_fields[workload].annotation
+                                  .__args__[0]))
+    if draw(st.booleans()):
+        doc["library"] = draw(st.sampled_from(["nccl", "ideal", {"name": "nccl",
+                                                                  "launch": "torch"}]))
+    return yaml.safe_dump(doc)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_generated_scenarios_load_or_fail_with_one_line(text):
+    GENERATED["cases"] += 1
+    try:
+        read_scenario(text, "generated.yaml", ROOT / "scenarios")
+        GENERATED["loaded"] += 1
+    except ClusterSimError as exc:
+        GENERATED["refused"] += 1
+        message = str(exc)
+        assert message.startswith("generated.yaml") and "\n" not in message.strip()
+
+
+def test_generated_corpus_size(record_property):
+    """Runs after the generated cases in this module: how many, loaded and refused."""
+    record_property("generated_scenarios", GENERATED)
+    print(f"generated scenarios: {GENERATED}, 0 tracebacks")
+    if GENERATED["cases"]:
+        assert GENERATED["cases"] >= 100
