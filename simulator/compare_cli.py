@@ -245,6 +245,11 @@ def cmd_compare_training(args) -> int:
                                        aggregation=args.algorithm, ps=ps,
                                        device=args.device, shared_cores=args.shared_cores))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    skipped = [why for frame in frames for why in frame.attrs.get("skipped", [])]
+    for why in skipped[:5]:
+        print(f"clustersim compare: skipped {why}", file=sys.stderr)
+    if len(skipped) > 5:
+        print(f"clustersim compare: skipped {len(skipped) - 5} more rows", file=sys.stderr)
     summary = summarise_training(points)
     print(format_training_points(points))
     print()

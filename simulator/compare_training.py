@@ -138,6 +138,9 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         The parameter servers of a ``ps`` point (default :func:`default_ps`).
     aggregation : str, optional
         Simulate this aggregation for every point instead of the file's ``arch``.
+
+    Rows whose model, precision or arch the simulator does not know are skipped; their
+    reasons are in the result's ``attrs["skipped"]`` (an error if every row is).
     device : str, optional
         The compute model's device preset (default: the topology's).
     shared_cores : int, optional
@@ -156,12 +159,17 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     ps = ps or default_ps
     cache: dict = {}
     rows = []
+    skipped: list[str] = []
     for i, point in enumerate(measured.to_dict("records")):
         where = _where(measured, i)
-        model = model_name(point["model"], where)
-        precision = precision_name(point["precision"], where)
+        try:   # a row the simulator cannot place is skipped and said, not fatal to the file
+            model = model_name(point["model"], where)
+            precision = precision_name(point["precision"], where)
+            kind, lib_override = _aggregation(point["aggregation"], default_name, where)
+        except ConfigError as exc:
+            skipped.append(str(exc))
+            continue
         gpus, batch = int(point["gpus"]), int(point["batch_per_gpu"])
-        kind, lib_override = _aggregation(point["aggregation"], default_name, where)
         if aggregation:
             kind, lib_override = aggregation, None
         lib = resolve_library(lib_override, graph) if lib_override else default_lib
@@ -205,9 +213,12 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             "topology": graph.graph.get("name", ""),
             "line": lines[i] if i < len(lines) else None,
         })
+    if not rows:
+        raise ConfigError(f"{measured.attrs.get('origin', 'measured file')}: no row can be "
+                          f"simulated; the first: {skipped[0] if skipped else 'no rows'}")
     frame = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
     frame.attrs.update(origin=measured.attrs.get("origin", ""),
-                       topology=graph.graph.get("name", ""))
+                       topology=graph.graph.get("name", ""), skipped=skipped)
     return frame
 
 

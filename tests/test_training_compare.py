@@ -259,3 +259,19 @@ library: {name: ideal}
     path.write_text(text.replace("300 img/s", "fast"))
     with pytest.raises(ConfigError, match="single_gpu_throughput"):
         load_scenario(str(path))
+
+
+def test_rows_the_simulator_cannot_place_are_skipped_and_said(tmp_path):
+    text = TF.read_text().splitlines()
+    header, rows = text[0], text[1:]
+    dgx = [r for r in rows if "DGX-1" in r and "AlexNet" in r][:4]
+    odd = dgx[0].replace("AlexNet", "GoogLeNet", 1)
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join([header, odd] + dgx) + "\n")
+    points = compare_training(read_training(path), load_topology("dgx1-p100"))
+    assert len(points) == len(dgx)
+    assert len(points.attrs["skipped"]) == 1 and "GoogLeNet" in points.attrs["skipped"][0]
+    only = tmp_path / "odd.csv"
+    only.write_text("\n".join([header, odd]) + "\n")
+    with pytest.raises(ConfigError, match="no row can be simulated"):
+        compare_training(read_training(only), load_topology("dgx1-p100"))
