@@ -298,6 +298,15 @@ def _int_list(text: str, what: str) -> tuple[int, ...]:
     return values
 
 
+def _fraction(value, flag: str):
+    """A finite number >= 0 (or None)."""
+    import math
+
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{flag} must be a finite number >= 0, got {value}")
+    return value
+
+
 def _servers(text: str):
     if text == "per_node":
         return text
@@ -366,7 +375,8 @@ def cmd_train(args) -> int:
                     impl=get_ps_impl(args.ps_impl).name),
         measured_csv=args.compute,
         compression=compression, library=_training_library(args, graph, compressed),
-        framework=parse_framework(args.framework),
+        framework=parse_framework(args.framework), overlap_slowdown=_fraction(
+            args.overlap_slowdown, "--overlap-slowdown"),
         single_gpu_throughput=parse_throughput(args.single_gpu_throughput,
                                                what="--single-gpu-throughput")
         if args.single_gpu_throughput else None)
@@ -557,6 +567,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how gradients become calls: ddp, apex-ddp, horovod, horovod-0.21, "
                          "tf-per-variable, per_layer, size:BYTES or cycle:BYTES:TIME (default: "
                          "buckets of --bucket)")
+    tr.add_argument("--overlap-slowdown", type=float, default=None, metavar="FRACTION",
+                    help="how much slower backward computes while the library's collective "
+                         "kernels run beside it (default 0.189: arXiv:2507.03114's average; "
+                         "0 for none)")
     tr.add_argument("--single-gpu-throughput", default=None, metavar="RATE",
                     help="measured throughput of one GPU (e.g. 134img/s): fixes one "
                          "iteration's compute; the compute model only splits it over layers")

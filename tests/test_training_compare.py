@@ -15,6 +15,7 @@ from simulator.errors import ConfigError
 from simulator.measure.schema import read_training
 from simulator.topology import load_topology
 from simulator.workload.compute import compute_profile
+from simulator.workload.models import get_model
 from simulator.workload.frameworks import (FRAMEWORKS, Framework, detect_framework,
                                            parse_framework)
 from simulator.workload.training import make_buckets, negotiation_s
@@ -275,3 +276,43 @@ def test_rows_the_simulator_cannot_place_are_skipped_and_said(tmp_path):
     only.write_text("\n".join([header, odd]) + "\n")
     with pytest.raises(ConfigError, match="no row can be simulated"):
         compare_training(read_training(only), load_topology("dgx1-p100"))
+
+
+# -- compute slowed while the library's kernels run beside it -----------------------------------
+
+def test_overlapped_backward_is_slowed_exactly_while_a_collective_runs():
+    from simulator.engine.common import FastResult
+    from simulator.engine.runner import Engine
+    from simulator.workload.training import Bucket, _overlapped
+
+    engine = Engine(load_topology("star", {"hosts": 2}))
+    b, s, d = 1.0, 0.25, 0.3            # backward, slowdown, collective time
+    buckets = [Bucket((1,), 10, 0.5 * b), Bucket((0,), 10, b)]
+    fast = [FastResult(d, True, bytes_sent=10.0), FastResult(d, True, bytes_sent=10.0)]
+    it, busy, wire = _overlapped(engine, fast, buckets, fwd=0.2, bwd_total=b, optimizer_s=0.05,
+                                 slowest=1.0, slowdown=s)
+    # the first collective runs from 0.7 s for 0.3 s; backward's second half advances 0.3/1.25
+    # in that time, then finishes undisturbed; the second collective follows
+    backward_end = 0.7 + d + (0.5 * b - d / (1 + s))
+    assert it == pytest.approx(backward_end + d + 0.05, rel=1e-12)
+    assert busy == pytest.approx(2 * d) and wire == 20.0
+    it0, _, _ = _overlapped(engine, fast, buckets, fwd=0.2, bwd_total=b, optimizer_s=0.05,
+                            slowest=1.0, slowdown=0.0)
+    assert it0 == pytest.approx(0.2 + b + d + 0.05, rel=1e-12)
+
+
+def test_zero_slowdown_equals_the_engine_timed_buckets():
+    from simulator.library import training_library
+    from simulator.workload.training import simulate_training
+    from simulator.workload.sweep import _profile
+
+    graph = load_topology("dgx1-v100", {"nodes": 2, "nics_per_node": 1})
+    prof = _profile("resnet50", "v100-sxm2-16gb", 64, "fp32", None)
+    grads = [layer.params * 4 for layer in get_model("resnet50").layers]
+    kw = dict(gpus=16, batch_per_gpu=64, aggregation="ring", model_name="resnet50",
+              gradient_bytes=grads, library=training_library(graph))
+    engine_timed = simulate_training(graph, prof, overlap_slowdown=0.0, **kw).row
+    analytic = simulate_training(graph, prof, overlap_slowdown=1e-15, **kw).row
+    slowed = simulate_training(graph, prof, **kw).row
+    assert analytic["iteration_s"] == pytest.approx(engine_timed["iteration_s"], rel=1e-12)
+    assert slowed["iteration_s"] > engine_timed["iteration_s"]

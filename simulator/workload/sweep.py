@@ -64,6 +64,7 @@ class TrainingSpec:
     single_gpu_throughput: float | None = None   # measured samples/s of one GPU: anchors compute
     shared_cores: int | None = None    # the workers share this many CPU cores (compute contention)
     threads_per_worker: int = 1        # compute threads of each worker (with shared_cores)
+    overlap_slowdown: float | None = None   # compute slowdown beside the library's kernels
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -192,7 +193,8 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             record_rates=record,
             slowdown=[x * contention(spec, n)
                       for x in slowdown_vector(n, factor, spec.stragglers, spec.seed)],
-            compression=fmt, library=spec.library, framework=spec.framework)
+            compression=fmt, library=spec.library, framework=spec.framework,
+            overlap_slowdown=spec.overlap_slowdown)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,
