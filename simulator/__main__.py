@@ -1,7 +1,19 @@
-"""``python -m simulator`` runs the command line."""
+"""``python -m simulator`` runs the command line; Ctrl-C or SIGTERM while it is still starting
+ends it as it would end a run (one line, exit 130)."""
 
+import signal
 import sys
 
-from .cli import main
+
+def _terminate(_signum, _frame):
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGTERM, _terminate)
+try:
+    from .cli import main
+except KeyboardInterrupt:
+    print("clustersim: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

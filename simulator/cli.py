@@ -149,6 +149,10 @@ def cmd_collective(args) -> int:
                                     engine=engine, library=library,
                                     protocol=lib_args["protocol"], **opts)
             row = dict(result.row)
+            if args.verbose:
+                others = "; ".join(result.why_not_others()) or "none before it"
+                print(f"{name} {format_size(size)}: {result.method} answered; before it: "
+                      f"{others}", file=sys.stderr)
             if name == "auto":
                 plan = result.plan
                 how = (f"{plan.label}/{plan.protocol} on {plan.channels} channel(s)"
@@ -523,6 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "engine, the reference. The row's engine column says which ran")
     add_library_arguments(c)
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="say on stderr which engine method answered each row, and why the "
+                        "ones before it did not")
     c.set_defaults(func=cmd_collective)
 
     tr = sub.add_parser("train", help="simulate data-parallel training: speedup vs GPUs")
@@ -629,13 +636,16 @@ def main(argv=None) -> int:
     import signal
     import threading
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    from .engine.runner import wall_budget
-    from .guard import set_memory_limit
-
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        from .engine.runner import wall_budget
+        from .guard import set_memory_limit
+    except KeyboardInterrupt:
+        print("clustersim: interrupted", file=sys.stderr)
+        return 130
     try:
         set_memory_limit(None if args.max_memory is None
                          else parse_size(args.max_memory, what="--max-memory"))

@@ -70,6 +70,17 @@ class CollectiveRun:
     schedule: Schedule | None
     fast: FastResult | None = None
     plan: Plan | None = None
+    declined: tuple = ()       # the fast methods that did not answer, and why (engine auto)
+
+    @property
+    def method(self) -> str:
+        """What timed it: a fast method's name, or ``event``."""
+        return self.fast.method if self.fast is not None and self.fast.applicable else "event"
+
+    def why_not_others(self) -> tuple:
+        """The methods tried or skipped before the one that answered, with their reasons."""
+        return self.fast.declined if self.fast is not None and self.fast.applicable \
+            else self.declined
 
 
 def nics_per_machine(graph: nx.DiGraph, gpus: int) -> int:
@@ -243,7 +254,7 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     options = default_options(graph, algorithm, n, options)
     servers = int(options.get("servers", 1)) if algorithm == "ps" else 0
     dedicated = options.get("placement", "dedicated") == "dedicated"
-    schedule = None
+    schedule, fast = None, None
     if engine == "event":
         schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
     if plan.helper_nodes:
@@ -276,6 +287,8 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
                 raise NotApplicable(f"the fast engine does not apply to {algorithm} "
                                     f"{collective} on {n} ranks: {fast.reason}; use --engine "
                                     f"auto or event")
+    declined = fast.declined + ("all fast methods: the event engine runs",) \
+        if engine == "auto" and fast is not None else ()
     if schedule is None:
         schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
     sim_engine = sim_engine or Engine(graph, reduce_compute=reduce_compute,
@@ -286,7 +299,8 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     link, util = bottleneck(links_frame(sim_engine, time_s))
     row = _row(source_graph, collective, label, size_bytes, n, slices, plan.total_time_s(time_s),
                link, util, servers, options, "event", plan)
-    return CollectiveRun(row=row, run=run, engine=sim_engine, schedule=schedule, plan=plan)
+    return CollectiveRun(row=row, run=run, engine=sim_engine, schedule=schedule, plan=plan,
+                         declined=declined)
 
 
 def _row(graph, collective, algorithm, size_bytes, n, slices, time_s, link, util, servers,

@@ -700,3 +700,20 @@ def test_training_ring_buckets_use_the_recurrence(monkeypatch):
                 "wire_bytes_per_iteration"):
         assert math.isclose(auto[key], event[key], rel_tol=1e-9, abs_tol=1e-15), key
     assert auto["bottleneck_link"] == event["bottleneck_link"]
+
+
+def test_the_entrance_says_which_method_answered_and_why_the_others_did_not(capsys):
+    from simulator.cli import main
+    from simulator.collective import run_collective
+    from simulator.engine.dispatch import METHODS
+
+    graph = star(8)
+    run = run_collective(graph, "allreduce", "ring", 1 << 20, slices=2, engine="auto")
+    assert run.method == "compiled-events" if numba_available() else run.method == "event"
+    names = [text.split(":")[0] for text in run.why_not_others()]
+    assert names[:3] == [m.name for m in METHODS[:3]]
+    assert "pipelined (slices=2)" in run.why_not_others()[0]
+    assert main(["collective", "--topology", "star", "--param", "hosts=8", "--algorithm",
+                 "double_binary_tree", "--size", "1MiB", "-v"]) == 0
+    err = capsys.readouterr().err
+    assert "tree-pipeline answered" in err and "ring: not a ring" in err

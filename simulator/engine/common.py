@@ -46,6 +46,9 @@ class FastResult:
         Bytes of all transfers (``schedule.transfer_bytes.sum()``).
     reduce_s : tuple of (node, seconds)
         Total reduction compute charged on each device (what the engine's compute log sums to).
+    declined : tuple of str
+        From the entrance (:func:`~simulator.engine.dispatch.fast_collective`): every method
+        tried or skipped before this one, with why it did not answer.
     """
 
     time_s: float
@@ -57,6 +60,7 @@ class FastResult:
     links: tuple = ()
     bytes_sent: float = 0.0
     reduce_s: tuple = ()
+    declined: tuple = ()
 
     def bottleneck(self, graph: nx.DiGraph) -> tuple[str, float]:
         """Most utilised resource over the run and its utilisation, as the engine's rows."""

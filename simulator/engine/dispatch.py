@@ -165,24 +165,28 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
     placed on ``placement`` (workers, then helper ranks).
 
     Returns ``(FastResult, schedule)``: the result of the method that applied, or a
-    not-applicable result whose reason lists why each method declined; ``schedule`` is the
-    schedule if one was built (or given), else None.
+    not-applicable result whose reason lists why each method that ran declined; either way
+    ``declined`` lists every method before it with why it did not answer (``clustersim
+    collective -v`` prints it). ``schedule`` is the schedule if one was built (or given).
     """
     call = Call(graph, collective, algorithm, size_bytes, gpus, list(placement), slices,
                 reduce_compute, dict(options or {}), schedule, schedule is not None)
-    last = None
+    last, passed = None, []
     for method in METHODS:
         why = method.applies(call)
         if why is not None:
+            passed.append(f"{method.name}: {why}")
             continue
         result = method.run(call)
         if result.applicable:
-            return result, call.schedule
+            return dataclasses.replace(result, declined=tuple(passed)), call.schedule
         call.declined.append(f"{result.method or method.name}: {result.reason}")
+        passed.append(call.declined[-1])
         last = result
     if last is None:
         last = FastResult(math.nan, False, "no fast method applies", "none")
-    return dataclasses.replace(last, reason="; ".join(call.declined)), call.schedule
+    return dataclasses.replace(last, reason="; ".join(call.declined),
+                               declined=tuple(passed)), call.schedule
 
 
 def _quadratic_transfers(algorithm: str, collective: str, p: int, options: dict) -> int:
