@@ -79,6 +79,8 @@ def test_unknown_framework_text_is_none_and_bad_spec_is_one_clear_error():
     assert parse_framework("size:4MiB").bucket_bytes == 4 * MiB
     with pytest.raises(ConfigError, match="cycle:BYTES:TIME"):
         parse_framework("cycle:64MiB")
+    with pytest.raises(ConfigError, match="must be > 0"):
+        parse_framework("size:0")
     with pytest.raises(ConfigError, match="ddp"):
         parse_framework("nonsense")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from ..topology import endpoints
+from ..topology.graph import endpoints
 
 #: Compute capability by device-name prefix (NVIDIA CUDA GPUs list, developer.nvidia.com/
 #: cuda-gpus): K80 3.7, P100 6.0, V100 7.0, RTX 2080 Ti 7.5, A100 8.0, RTX 3090 8.6, RTX 4090 and

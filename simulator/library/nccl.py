@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from ..errors import ConfigError
-from ..topology import endpoints
+from ..topology.graph import endpoints
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing

@@ -296,7 +296,7 @@ def _deadline_s(world, sizes, algorithms, iterations, warmup, bandwidth) -> floa
     return 60.0 + 3.0 * (iterations + warmup + 1) * busy
 
 
-def _collect(procs, logs, deadline_s: float) -> None:
+def _collect(procs, logs, deadline_s: float, what: str = "the collective measurement") -> None:
     """Wait for every rank; on a failure or the deadline kill the rest and raise."""
     end = time.monotonic() + deadline_s
     while True:
@@ -313,8 +313,8 @@ def _collect(procs, logs, deadline_s: float) -> None:
                 lines = Path(logs[rank]).read_text(errors="replace").strip().splitlines()
                 last = lines[-1].strip() if lines else "no output"
                 raise MeasurementError(f"rank {rank} failed (exit {codes[rank]}): {last}")
-            raise MeasurementError(f"the collective measurement did not finish in "
-                                   f"{deadline_s:.0f} s; the ranks were killed")
+            raise MeasurementError(f"{what} did not finish in {deadline_s:.0f} s; the ranks "
+                                   f"were killed")
         if all(c == 0 for c in codes):
             return
         time.sleep(0.02)
@@ -426,8 +426,8 @@ def _env(ifname: str) -> dict:
     return env
 
 
-def _argv(config_path: str, rank: int) -> list[str]:
-    return [sys.executable, "-m", "simulator.measure.collectives", config_path, str(rank)]
+def _argv(config_path: str, rank: int, module: str = "simulator.measure.collectives") -> list[str]:
+    return [sys.executable, "-m", module, config_path, str(rank)]
 
 
 def _write_config(config: dict, tmp: str) -> str:
@@ -441,17 +441,18 @@ def _read_results(tmp: str, world: int) -> list[dict]:
             for r in range(world)]
 
 
-def _run_loopback(config, world, deadline, tmp) -> list[dict]:
-    path, env = _write_config(config, tmp), _env("lo")
+def _launch(world: int, deadline_s: float, tmp: str, start,
+            what: str = "the collective measurement") -> None:
+    """Start ranks ``0 .. world-1`` with ``start(rank, log_file) -> Popen`` (output to
+    ``rank<r>.log`` in ``tmp``) and :func:`_collect` them; no rank outlives the call."""
     procs, logs, files = [], [], []
     try:
         for rank in range(world):
             log = Path(tmp) / f"rank{rank}.log"
             files.append(open(log, "w"))
             logs.append(log)
-            procs.append(subprocess.Popen(_argv(path, rank), env=env, stdout=files[-1],
-                                          stderr=subprocess.STDOUT))
-        _collect(procs, logs, deadline)
+            procs.append(start(rank, files[-1]))
+        _collect(procs, logs, deadline_s, what)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -459,6 +460,12 @@ def _run_loopback(config, world, deadline, tmp) -> list[dict]:
                 p.wait(timeout=10)
         for f in files:
             f.close()
+
+
+def _run_loopback(config, world, deadline, tmp) -> list[dict]:
+    path, env = _write_config(config, tmp), _env("lo")
+    _launch(world, deadline, tmp, lambda rank, log: subprocess.Popen(
+        _argv(path, rank), env=env, stdout=log, stderr=subprocess.STDOUT))
     return _read_results(tmp, world)
 
 
@@ -470,18 +477,8 @@ def _run_shaped(config, world, bandwidth, deadline, tmp, topology_out):
         text = net.topology_yaml(rtt_s=rtt)
         config.update(master_addr=net.address(0), port=_MASTER_PORT_SHAPED)
         path, env = _write_config(config, tmp), _env(RANK_IFNAME)
-        procs, logs, files = [], [], []
-        try:
-            for rank in range(world):
-                log = Path(tmp) / f"rank{rank}.log"
-                files.append(open(log, "w"))
-                logs.append(log)
-                procs.append(net.run_in_namespace(rank, _argv(path, rank), env=env,
-                                                  stdout=files[-1], stderr=subprocess.STDOUT))
-            _collect(procs, logs, deadline)
-        finally:
-            for f in files:
-                f.close()
+        _launch(world, deadline, tmp, lambda rank, log: net.run_in_namespace(
+            rank, _argv(path, rank), env=env, stdout=log, stderr=subprocess.STDOUT))
     if topology_out is None:
         return _read_results(tmp, world), ""
     write_text_atomic(topology_out, text)

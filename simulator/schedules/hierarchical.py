@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from .base import Schedule, ScheduleBuilder
+from .registry import make_schedule
 
 
 def refine(a, b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,8 +152,6 @@ def _check_plain(sub: Schedule, role: str) -> None:
 def hierarchical(collective: str, ranks: int, size_bytes: int, local_ranks: int | None = None,
                  inner: str = "ring", outer: str = "ring") -> Schedule:
     """Intra-node reduce-scatter, inter-node all-reduce per block, intra-node all-gather."""
-    from . import make_schedule     # the registry imports this module
-
     if local_ranks is None:
         raise ScheduleError("hierarchical needs option local_ranks (ranks per node, e.g. the "
                             "topology's GPUs per node)")

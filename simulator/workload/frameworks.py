@@ -161,6 +161,9 @@ def parse_framework(text: str | None) -> Framework | None:
     kind, _, rest = str(text).partition(":")
     parts = [p for p in rest.split(":") if p]
     try:
+        if kind in ("size", "cycle") and parts and parse_size(parts[0],
+                                                              what="--framework") <= 0:
+            raise ConfigError(f"bucket bytes must be > 0, got {parts[0]!r}")
         if kind == "per_layer" and not parts:
             return Framework("per_layer", "per_layer", source="--framework per_layer")
         if kind == "size" and len(parts) == 1:
