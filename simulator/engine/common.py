@@ -8,6 +8,7 @@ The lowest module of :mod:`simulator.engine` besides the event engine's own: the
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import networkx as nx
@@ -227,6 +228,30 @@ def stale_kernel_caches(folder, delete: bool = False) -> list:
     return stale
 
 
+#: Routes of recent placements per graph: a training iteration times one collective per
+#: bucket size on the same ranks, and routing 8,192 rank pairs costs ~0.2 s each time.
+_ROUTES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_ROUTES_PER_GRAPH = 8
+
+
+def _routes(graph: nx.DiGraph, nodes: list, pairs: np.ndarray):
+    """``(paths, res_ptr, res_idx, latency)`` of the rank pairs ``pairs`` (codes ``src * p +
+    dst``) on ``nodes``; remembered per graph object (graphs are not changed once built), the
+    arrays handed out as copies."""
+    p = len(nodes)
+    key = (tuple(nodes), pairs.tobytes())
+    cache = _ROUTES.setdefault(graph, {})
+    if key not in cache:
+        paths = _Paths(graph)
+        routed = paths.route([nodes[k // p] for k in pairs.tolist()],
+                             [nodes[k % p] for k in pairs.tolist()])
+        if len(cache) >= _ROUTES_PER_GRAPH:
+            cache.pop(next(iter(cache)))
+        cache[key] = (paths, *routed)
+    paths, res_ptr, res_idx, latency = cache[key]
+    return paths, res_ptr.copy(), res_idx.copy(), latency.copy()
+
+
 def placed(graph: nx.DiGraph, nodes: list, src: np.ndarray, dst: np.ndarray,
            reduce_compute: bool):
     """What the compiled kernels need of a placement: routes (one per distinct (src, dst) rank
@@ -239,9 +264,7 @@ def placed(graph: nx.DiGraph, nodes: list, src: np.ndarray, dst: np.ndarray,
     p = len(nodes)
     pairs, path_of = np.unique(np.asarray(src, dtype=np.int64) * p + dst,
                                return_inverse=True)
-    paths = _Paths(graph)
-    res_ptr, res_idx, latency = paths.route([nodes[k // p] for k in pairs.tolist()],
-                                            [nodes[k % p] for k in pairs.tolist()])
+    paths, res_ptr, res_idx, latency = _routes(graph, nodes, pairs)
     index: dict = {}
     rank_device = np.asarray([index.setdefault(v, len(index)) for v in nodes], dtype=np.int64)
     rank_rate = np.full(p, np.inf)

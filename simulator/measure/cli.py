@@ -90,21 +90,30 @@ def cmd_collectives(args) -> int:
     return 0
 
 
+def _rank_counts(text: str) -> list[int]:
+    counts = []
+    for item in _names(text, "--ranks"):
+        if not item.isdigit() or int(item) < 1:
+            raise ConfigError(f"--ranks expects comma-separated integers >= 1, got {item!r}")
+        counts.append(int(item))
+    return counts
+
+
 def cmd_training(args) -> int:
     from .training import measure_training, write_training_csv
 
-    ranks = []
-    for text in _names(args.ranks, "--ranks"):
-        if not text.isdigit() or int(text) < 1:
-            raise ConfigError(f"--ranks expects comma-separated integers >= 1, got {text!r}")
-        ranks.append(int(text))
+    ranks = _rank_counts(args.ranks)
     bandwidth = (parse_bandwidth(args.bandwidth, what="--bandwidth")
                  if args.bandwidth is not None else None)
+    bucket_bytes = parse_size(args.bucket, what="--bucket")
     for flag, value in (("--batch-per-rank", args.batch_per_rank),
-                        ("--iterations", args.iterations), ("--threads", args.threads)):
+                        ("--iterations", args.iterations), ("--threads", args.threads),
+                        ("--repeats", args.repeats), ("--bucket", bucket_bytes)):
         _positive(value, flag)
     if args.warmup < 0:
         raise ConfigError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
     if args.topology_out and args.network != "shaped":
         raise ConfigError("--topology-out needs --network shaped")
     if args.bandwidth is not None and args.network != "shaped":
@@ -113,13 +122,16 @@ def cmd_training(args) -> int:
                              batch=args.batch_per_rank, iterations=args.iterations,
                              warmup=args.warmup, threads=args.threads, network=args.network,
                              bandwidth=bandwidth, timeout_s=args.timeout,
-                             topology_out=args.topology_out)
+                             topology_out=args.topology_out, bucket_bytes=bucket_bytes,
+                             repeats=args.repeats)
     for _, row in frame.iterrows():
+        spread = row["iteration_std_s"] / row["iteration_s"]
         print(f"{row['arch']:<9} {row['gpus']:>2} rank(s)  iteration "
-              f"{format_duration(row['iteration_s']):>10} +-{row['iteration_std_s'] / row['iteration_s']:6.1%}  "
+              f"{format_duration(row['iteration_s']):>10} +-{spread:6.1%}  "
               f"{row['throughput_img_s']:9.1f} samples/s  speedup {row['speedup']:5.2f}  "
               f"compute {format_duration(row['compute_s'])} (1 rank alone "
-              f"{format_duration(row['compute_1rank_s'])})")
+              f"{format_duration(row['compute_1rank_s'])}), comm "
+              f"{format_duration(row['comm_s'])}")
     if args.output:
         print(f"wrote {write_training_csv(frame, args.output)}", file=sys.stderr)
     if args.topology_out:
@@ -128,7 +140,8 @@ def cmd_training(args) -> int:
 
 
 def add_measure_parser(subparsers) -> None:
-    """Add ``measure kernels`` and ``measure collectives`` to the ``clustersim`` subparsers."""
+    """Add ``measure kernels``, ``collectives`` and ``training`` to the ``clustersim``
+    subparsers."""
     m = subparsers.add_parser("measure", help="measure per-layer compute and collectives for "
                                               "real (needs PyTorch)")
     sub = m.add_subparsers(dest="measure_command", required=True, parser_class=type(m))
@@ -170,7 +183,7 @@ def add_measure_parser(subparsers) -> None:
 
     t = sub.add_parser("training", help="real data-parallel training steps (DDP, parameter "
                                         "server) with torch.distributed -> training CSV")
-    t.add_argument("--model", default="small_cnn", help="small_cnn (the default)")
+    t.add_argument("--model", default="small_cnn", help="small_cnn (the default) or mlp")
     t.add_argument("--ranks", default="1,2,4", help="comma-separated worker counts")
     t.add_argument("--aggregation", default="ddp,ps", help="comma-separated: ddp, ps")
     t.add_argument("--network", choices=["loopback", "shaped"], default="loopback",
@@ -178,11 +191,19 @@ def add_measure_parser(subparsers) -> None:
                         "tc-shaped bridge (root)")
     t.add_argument("--bandwidth", default=None,
                    help="shaped link rate per direction, e.g. 200Mbps (default 1Gbps)")
-    t.add_argument("--batch-per-rank", type=int, default=32)
+    t.add_argument("--batch-per-rank", type=int, default=32,
+                   help="samples per rank per step (default 32)")
     t.add_argument("--iterations", type=int, default=10, help="timed steps (default 10)")
     t.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    t.add_argument("--threads", type=int, default=1, help="compute threads per rank")
-    t.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit, seconds")
+    t.add_argument("--threads", type=int, default=1,
+                   help="torch compute threads per rank (default 1)")
+    t.add_argument("--bucket", default="25MiB",
+                   help="DDP gradient bucket cap, e.g. 25MiB (DDP's default)")
+    t.add_argument("--repeats", type=int, default=1,
+                   help="runs of every configuration with fresh processes, timings pooled "
+                        "(default 1)")
+    t.add_argument("--timeout", type=float, default=600.0,
+                   help="wall-clock limit of the whole measurement, seconds (default 600)")
     t.add_argument("-o", "--output", default=None, help="training CSV to write")
     t.add_argument("--topology-out", default=None,
                    help="shaped only: write the built network as a topology YAML")

@@ -363,6 +363,8 @@ def measure_training(ranks: Sequence[int] = (1, 2, 4), aggregations: Sequence[st
     """
     counts = _check(ranks, aggregations, model, batch, iterations, warmup, threads, repeats,
                     network, bandwidth, bucket_bytes)
+    if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ConfigError(f"timeout_s must be a number of seconds > 0, got {timeout_s!r}")
     if topology_out is not None and network != "shaped":
         raise ConfigError("topology_out needs network 'shaped' (loopback has no topology)")
     require_torch()
