@@ -118,12 +118,14 @@ def is_training_file(path: str) -> bool:
     """Whether ``path`` is a training table (a CSV whose header names a throughput)."""
     if Path(path).suffix.lower() in _LOG_SUFFIXES:
         return False
+    import csv
+
     try:
         with open(path, "rb") as handle:
             header = handle.readline(65536).decode("utf-8", "replace")
     except OSError:
         return False   # read_points reports the error
-    columns = {c.strip().strip('"') for c in header.split(",")}
+    columns = {c.strip() for row in csv.reader([header]) for c in row}
     return bool(columns & {"throughput_img_s", "throughput_samples_s"})
 
 

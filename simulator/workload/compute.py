@@ -134,11 +134,6 @@ class ComputeProfile:
         if not (math.isfinite(self.optimizer_s) and self.optimizer_s >= 0):
             raise ValueError(f"optimizer_s must be finite and >= 0, not {self.optimizer_s!r}")
 
-    @property
-    def iteration_s(self) -> float:
-        """One iteration alone on one device: forward, backward and the optimizer step."""
-        return self.forward_s + self.backward_s + self.optimizer_s
-
     def scaled(self, factor: float) -> "ComputeProfile":
         """Every time multiplied by ``factor`` (per-layer shares kept)."""
         if not (math.isfinite(factor) and factor > 0):
