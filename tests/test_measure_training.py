@@ -43,7 +43,7 @@ def loopback(tmp_path_factory):
     from simulator.measure.training import measure_training, write_training_csv
 
     frame = measure_training(ranks=(1, 2), aggregations=("ddp", "ps"), batch=8,
-                             iterations=3, warmup=1)
+                             iterations=3, warmup=1, bucket_bytes=1 << 20)
     path = write_training_csv(frame, tmp_path_factory.mktemp("mt") / "measured.csv")
     return frame, path
 
@@ -60,6 +60,91 @@ def test_loopback_rows_have_the_training_table_layout_and_agree(loopback):
     assert (one["speedup"] == 1.0).all()
     assert (frame["iteration_s"] > 0).all() and (frame["compute_s"] > 0).all()
     assert (frame["throughput_img_s"] == frame["gpus"] * 8 / frame["iteration_s"]).all()
+    assert (frame["efficiency"] == frame["speedup"] / frame["gpus"]).all()
+    assert (frame["comm_s"] == frame["iteration_s"] - frame["compute_s"]).all()
+    assert frame["compute_1rank_s"].nunique() == 1 and (frame["compute_1rank_s"] > 0).all()
+    assert (frame["parameters"] == get_model("small_cnn").params).all()
+    assert (frame["gradient_bytes"] == 4 * frame["parameters"]).all()
+    ddp = frame[frame["arch"] == "allreduce"]
+    assert (ddp["bucket_bytes"] == 1 << 20).all()
+    assert (frame["cores"] >= 1).all() and (frame["iterations"] == 3).all()
+    assert (frame["repeats"] == 1).all() and set(frame["network"]) == {"loopback"}
+    assert set(frame["throughput_unit"]) == {"samples/s"} and set(frame["precision"]) == {"FP32"}
+
+
+def test_csv_header_is_the_public_training_layout_plus_the_measured_columns(loopback):
+    from simulator.measure.training import EXTRA_COLUMNS
+
+    _, path = loopback
+    header = path.read_text(encoding="utf-8").splitlines()[0].split(",")
+    public = "/work/shared/measurements/train_dlperf_v100x32_edr.csv"
+    if os.path.exists(public):
+        with open(public, encoding="utf-8") as fh:
+            layout = fh.readline().strip().split(",")
+    else:
+        from simulator.measure.training import TRAINING_TABLE_COLUMNS as layout
+    assert header == list(layout) + list(EXTRA_COLUMNS)
+    assert not list(path.parent.glob(".*.tmp"))   # written through a rename, nothing left
+
+
+def test_repeats_pool_fresh_runs_and_mlp_trains():
+    pytest.importorskip("torch")
+    from simulator.measure.training import measure_training
+
+    frame = measure_training(ranks=(1,), aggregations=("ddp",), model="mlp", batch=4,
+                             iterations=2, warmup=0, repeats=2)
+    row = frame.iloc[0]
+    assert (row["model"], row["gpus"], row["speedup"], row["repeats"]) == ("mlp", 1, 1.0, 2)
+    assert row["parameters"] == 1_707_274 and bool(row["correct"])
+
+
+def test_deadline_kills_the_ranks_and_says_so():
+    pytest.importorskip("torch")
+    from simulator.measure import MeasurementError
+    from simulator.measure.training import measure_training
+
+    with pytest.raises(MeasurementError, match="did not finish in"):
+        measure_training(ranks=(2,), aggregations=("ps",), batch=4, iterations=2,
+                         warmup=0, timeout_s=0.5)
+
+
+def test_a_failing_rank_kills_the_others_and_reports_its_last_line(monkeypatch):
+    pytest.importorskip("torch")
+    import simulator.measure.training as training
+    from simulator.measure import MeasurementError
+
+    started = []
+
+    class Popen(subprocess.Popen):   # rank 1 dies at once; rank 0 then waits for it forever
+        def __init__(self, argv, **kwargs):
+            if argv[-1] == "1":
+                argv = [sys.executable, "-c", "import sys; sys.exit('boom: rank 1 broke')"]
+            super().__init__(argv, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(training.subprocess, "Popen", Popen)
+    with pytest.raises(MeasurementError, match=r"rank 1 failed \(exit 1\): boom: rank 1 broke"):
+        training.measure_training(ranks=(2,), aggregations=("ddp",), batch=4, iterations=2,
+                                  warmup=0, timeout_s=60)
+    assert len(started) >= 2 and all(p.poll() is not None for p in started)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"ranks": (0,)}, "rank count must be an integer >= 1"),
+    ({"ranks": ()}, "ranks must not be empty"),
+    ({"aggregations": ("ring",)}, "valid: ddp, ps"),
+    ({"model": "resnet50"}, "valid: mlp, small_cnn"),
+    ({"repeats": 0}, "repeats must be"),
+    ({"bandwidth": 25e6}, "shaped' only"),
+    ({"topology_out": "x.yaml"}, "needs network 'shaped'"),
+    ({"timeout_s": 0}, "timeout_s must be"),
+])
+def test_api_mistakes_raise_config_error(kwargs, needle):
+    from simulator.errors import ConfigError
+    from simulator.measure.training import measure_training
+
+    with pytest.raises(ConfigError, match=needle):
+        measure_training(**kwargs)
 
 
 def test_measured_rows_read_back_and_compare(loopback):
@@ -79,31 +164,46 @@ def _cli(*args):
 
 @pytest.mark.parametrize("args, needle", [
     (("--ranks", "0"), "--ranks expects"),
+    (("--ranks", "1,two"), "--ranks expects"),
     (("--aggregation", "allgather"), "valid: ddp, ps"),
     (("--bandwidth", "1Gbps"), "--bandwidth needs --network shaped"),
-    (("--model", "resnet50"), "valid: small_cnn"),
+    (("--model", "resnet50"), "valid: mlp, small_cnn"),
+    (("--repeats", "0"), "--repeats must be >= 1"),
+    (("--bucket", "lots"), "--bucket"),
+    (("--topology-out", "t.yaml"), "--topology-out needs --network shaped"),
 ])
 def test_cli_mistakes_are_one_line_and_write_nothing(tmp_path, args, needle):
     out = tmp_path / "m.csv"
     done = _cli(*args, "-o", str(out))
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stderr
     assert needle in done.stderr and "Traceback" not in done.stderr
-    assert not out.exists()
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
 
 
 @needs_root_network
-def test_shaped_parameter_server_matches_the_simulator(tmp_path):
+def test_shaped_parameter_server_is_bandwidth_bound_and_matches_the_simulator(tmp_path):
     """200 Mbit/s links: the one-server PS is bandwidth-bound (4.3 MB each way per worker per
-    step), so measured and simulated iteration agree closely; measured 2026-11-25: 0.0-0.7 %
-    at 2 workers over two runs."""
+    step: the server's link carries 2 n S per step), far above the compute of a step, and
+    measured and simulated iteration agree closely; measured 2026-11-25: 0.0-0.7 % at 2
+    workers over two runs."""
     pytest.importorskip("torch")
     from simulator.measure.training import measure_training
 
     topo = tmp_path / "shaped.yaml"
+    bandwidth = 25e6
     frame = measure_training(ranks=(1, 2), aggregations=("ps",), batch=16, iterations=3,
-                             warmup=1, network="shaped", bandwidth=25e6, topology_out=topo)
+                             warmup=1, network="shaped", bandwidth=bandwidth,
+                             topology_out=topo)
+    assert load_topology(str(topo)).graph is not None
+    assert "hosts: 3" in topo.read_text()   # 2 workers + the server
+    two = frame[frame["gpus"] == 2].iloc[0]
+    wire_s = 2 * 2 * two["gradient_bytes"] / bandwidth
+    assert two["iteration_s"] > 3 * two["compute_1rank_s"]
+    assert two["comm_s"] > 0.9 * wire_s and two["iteration_s"] < 2 * wire_s + two["compute_s"]
+    assert bool(two["correct"]) and two["bandwidth_bytes_per_s"] == bandwidth
     frame.to_csv(tmp_path / "m.csv", index=False)
     points = compare_training(read_training(tmp_path / "m.csv"), load_topology(str(topo)),
                               device="cpu-host")
-    two = points[points["gpus"] == 2].iloc[0]
-    assert abs(two["speedup_error_pct"]) < 15.0
+    simulated = points[points["gpus"] == 2].iloc[0]
+    assert abs(simulated["speedup_error_pct"]) < 15.0

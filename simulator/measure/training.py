@@ -30,9 +30,9 @@ speedups are against its own 1-GPU row (and as ``compare`` anchors them). The pl
 step is ``compute_1rank_s`` in every row, so a speedup against plain training is
 ``throughput / (batch / compute_1rank_s)``.
 
-Compute under contention: each run first times ``compute`` steps (forward, backward, optimizer
-step, no communication) with all ranks running them at once, in the processes that then train,
-and restores the initial parameters. So each row says what the ranks' compute costs *while they
+Compute under contention: each run first times as many compute-only steps (forward, backward,
+optimizer step, no communication; after as many warm-up steps) as it then trains, with all ranks
+running them at once, in the processes that then train, and restores the initial parameters. So each row says what the ranks' compute costs *while they
 share this machine's cores*: on 2 cores, 4 single-threaded ranks get about half a core each and
 compute about twice as long as one rank alone. That is real (compute contention), reported as
 ``compute_s`` (median over the ranks) against ``compute_1rank_s``, with the ``cores`` and
@@ -166,7 +166,7 @@ def _compute_phase(torch, dist, model, step, config: dict, server: bool) -> list
             step()
     _barrier(dist)
     if not server:
-        times_s = _timed(step, config["compute_iterations"])
+        times_s = _timed(step, config["iterations"])
     _barrier(dist)
     _unflatten(initial, list(model.parameters()))
     return times_s
@@ -374,8 +374,7 @@ def measure_training(ranks: Sequence[int] = (1, 2, 4), aggregations: Sequence[st
 
         bandwidth = DEFAULT_BANDWIDTH_BYTES_PER_S if bandwidth is None else float(bandwidth)
     base = {"model": model, "batch": batch, "iterations": iterations, "warmup": warmup,
-            "threads": threads, "bucket_bytes": bucket_bytes,
-            "compute_iterations": max(3, iterations // 2)}
+            "threads": threads, "bucket_bytes": bucket_bytes}
     runs = [(kind, n) for kind in aggregations for n in counts]
     deadline = time.monotonic() + timeout_s
     if network == "shaped":
