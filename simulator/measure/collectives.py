@@ -242,10 +242,12 @@ def _worker(config: dict, rank: int) -> dict:
         dist.destroy_process_group()
 
 
-def _worker_main(argv: Sequence[str]) -> int:
+def _worker_main(argv: Sequence[str], work=None) -> int:
+    """A rank process: run ``work(config, rank)`` (default: this module's collectives) and
+    leave its result as ``rank<r>.json`` in the config's result folder."""
     config_path, rank = argv[0], int(argv[1])
     config = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    result = _worker(config, rank)
+    result = (work or _worker)(config, rank)
     out = Path(config["result_dir"]) / f"rank{rank}.json"
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result), encoding="utf-8")

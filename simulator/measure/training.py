@@ -55,7 +55,6 @@ Rows are in the public training-table layout (:data:`TRAINING_TABLE_COLUMNS`, as
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -261,16 +260,9 @@ def _rank(config: dict, rank: int) -> dict:
 
 
 def _rank_main(argv: Sequence[str]) -> int:
-    config_path, rank = argv[0], int(argv[1])
-    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
-    result = _rank(config, rank)
-    out = Path(config["result_dir"]) / f"rank{rank}.json"
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
-    os.replace(tmp, out)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)   # skip torch's interpreter teardown; the result is on disk
+    from .collectives import _worker_main
+
+    return _worker_main(argv, _rank)
 
 
 # ---------------------------------------------------------------------------------------------
