@@ -16,7 +16,7 @@ Exactness is by construction, and checked: ``tests/test_compiled.py`` compares t
 per-link bytes and reduction totals with the event engine for every registered algorithm,
 pipelined and not, on uncontended and contended topologies, to 1e-9.
 
-numba is an optional dependency (extra ``fast``); without it :func:`compiled_time` reports that
+numba is a base dependency; where it cannot be imported, :func:`compiled_time` reports that
 it does not apply and ``--engine auto`` uses the event engine.
 """
 

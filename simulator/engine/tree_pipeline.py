@@ -33,7 +33,7 @@ drain order, and the coalesced solve runs after every ordinary event of its inst
 point expressions for event times are the engine's (``now + (t - now)`` where SimPy computes a
 timeout), so instants that coincide there coincide here.
 
-numba is an optional dependency (extra ``fast``). Without it :func:`tree_pipeline_time` reports
+numba is a base dependency; where it cannot be imported, :func:`tree_pipeline_time` reports
 that it does not apply and ``--engine auto`` falls back to the event engine.
 """
 
