@@ -230,15 +230,19 @@ def summarise(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
             "overall": _table(points, None)}
 
 
-def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float) -> list[str]:
-    """One message per size band (and overall) whose MAPE exceeds ``max_mape_pct``."""
+def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float,
+                  by: str = "size_band", label: str = "size band",
+                  metric: str = "MAPE") -> list[str]:
+    """One message per group of ``summary[by]`` (and overall) whose MAPE exceeds
+    ``max_mape_pct``: size bands for collective points; :mod:`simulator.compare_training`
+    passes ``by="arch"`` and ``metric="speedup MAPE"``."""
     failures = []
-    for row in summary["size_band"].itertuples(index=False):
+    for row in summary[by].itertuples(index=False):
         if row.mape_pct > max_mape_pct:
-            failures.append(f"size band {row.size_band}: MAPE {row.mape_pct:.1f}% > "
+            failures.append(f"{label} {getattr(row, by)}: {metric} {row.mape_pct:.1f}% > "
                             f"{max_mape_pct:g}% ({row.points} points)")
-    overall = summary["overall"].iloc[0]
-    if overall["mape_pct"] > max_mape_pct:
-        failures.append(f"overall: MAPE {overall['mape_pct']:.1f}% > {max_mape_pct:g}% "
-                        f"({overall['points']} points)")
+    overall = summary["overall"]
+    if len(overall) and overall.iloc[0]["mape_pct"] > max_mape_pct:
+        failures.append(f"overall: {metric} {overall.iloc[0]['mape_pct']:.1f}% > "
+                        f"{max_mape_pct:g}% ({overall.iloc[0]['points']} points)")
     return failures

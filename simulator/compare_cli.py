@@ -265,6 +265,13 @@ def cmd_compare_training(args) -> int:
     return _gate(args.max_mape, mape_failures(summary, args.max_mape or 0), "arch")
 
 
+def _progress(evaluations: int, value: float) -> None:
+    """A calibration's progress, every 25 objective evaluations, on stderr."""
+    if evaluations % 25 == 0:
+        print(f"calibrate: {evaluations} simulations of the fit points, mean |ln error| "
+              f"{value:.4f}", file=sys.stderr)
+
+
 def cmd_calibrate(args) -> int:
     from .calibrate import calibrate
     from .cli_args import _params, library_args
@@ -277,15 +284,10 @@ def cmd_calibrate(args) -> int:
     if lib["library"] == "nccl":
         return _calibrate_library(args, measured, lib)
 
-    def progress(evaluations: int, value: float) -> None:
-        if evaluations % 25 == 0:
-            print(f"calibrate: {evaluations} simulations of the fit points, mean |ln error| "
-                  f"{value:.4f}", file=sys.stderr)
-
     result = calibrate(measured, None, args.topology, fit_fraction=args.fit_fraction,
                        seed=args.seed, params=_params(args.param),
                        max_fit_points=args.max_fit_points,
-                       max_evaluations=args.max_evaluations, progress=progress)
+                       max_evaluations=args.max_evaluations, progress=_progress)
     print(f"calibrated {args.topology} on {len(result.fit_points)} of {len(measured)} points "
           f"(fit fraction {args.fit_fraction:g}, seed {args.seed}, {result.evaluations} "
           f"objective evaluations)")
@@ -307,16 +309,11 @@ def _calibrate_library(args, measured, lib) -> int:
     from .calibrate_library import calibrate_library
     from .cli_args import _params
 
-    def progress(evaluations: int, value: float) -> None:
-        if evaluations % 25 == 0:
-            print(f"calibrate: {evaluations} simulations of the fit points, mean |ln error| "
-                  f"{value:.4f}", file=sys.stderr)
-
     result = calibrate_library(measured, args.topology, params=_params(args.param),
                                fit_fraction=args.fit_fraction, seed=args.seed,
                                max_fit_points=args.max_fit_points,
                                max_evaluations=args.max_evaluations, launch=lib["launch"],
-                               version=lib["version"], progress=progress)
+                               version=lib["version"], progress=_progress)
     print(f"calibrated the nccl library on {args.topology}: {len(result.fit_points)} of "
           f"{len(measured)} points fitted (fit fraction {args.fit_fraction:g}, seed "
           f"{args.seed}, {result.evaluations} objective evaluations)")

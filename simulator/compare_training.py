@@ -289,16 +289,9 @@ def summarise_training(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float) -> list[str]:
     """One message per arch (and overall) whose speedup MAPE exceeds ``max_mape_pct``."""
-    failures = []
-    for row in summary["arch"].itertuples(index=False):
-        if row.mape_pct > max_mape_pct:
-            failures.append(f"arch {row.arch}: speedup MAPE {row.mape_pct:.1f}% > "
-                            f"{max_mape_pct:g}% ({row.points} points)")
-    overall = summary["overall"]
-    if len(overall) and overall.iloc[0]["mape_pct"] > max_mape_pct:
-        failures.append(f"overall: speedup MAPE {overall.iloc[0]['mape_pct']:.1f}% > "
-                        f"{max_mape_pct:g}% ({overall.iloc[0]['points']} points)")
-    return failures
+    from .compare import mape_failures as failures
+
+    return failures(summary, max_mape_pct, by="arch", label="arch", metric="speedup MAPE")
 
 
 def select(measured: pd.DataFrame, selections: list[str]) -> pd.DataFrame:

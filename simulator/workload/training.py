@@ -509,15 +509,11 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
             raise NotApplicable("compression kernels share the devices' compute queues with the "
                                 "collectives' reductions: use the event engine")
         return None
-    results, cache = [], {}
-    for b in buckets:
-        algo, collective, size, opts = _collective_spec(graph, algorithm, n, codec, b.size_bytes,
-                                                        options)
-        key = (algo, collective, size)
-        if key not in cache:
-            cache[key] = fast_collective(graph, collective, algo, size, n, workers,
-                                         slices=slices, options=opts)[0]
-        result = cache[key]
+    results = []
+    for (algo, collective, size, _opts), result in _per_bucket(
+            graph, algorithm, n, codec, buckets, options,
+            lambda algo, collective, size, opts: fast_collective(
+                graph, collective, algo, size, n, workers, slices=slices, options=opts)[0]):
         if not result.applicable:
             if collective_engine == "fast":
                 raise NotApplicable(f"the fast engine does not apply to {algo} {collective} of "
@@ -525,6 +521,18 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
             return None
         results.append(result)
     return results
+
+
+def _per_bucket(graph, algorithm, n, codec, buckets, options, time_one):
+    """``(spec, time_one(*spec))`` of every bucket in order, ``spec`` being its
+    :func:`_collective_spec`; buckets of the same spec are timed once."""
+    cache = {}
+    for b in buckets:
+        spec = _collective_spec(graph, algorithm, n, codec, b.size_bytes, options)
+        key = spec[:3]
+        if key not in cache:
+            cache[key] = time_one(*spec)
+        yield spec, cache[key]
 
 
 def _codec_kernels(codec, buckets, workers) -> bool:
@@ -546,29 +554,26 @@ def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options,
     if _codec_kernels(codec, buckets, workers):
         raise ConfigError(f"the {library.name} library in training times each bucket alone: "
                           f"compression kernels need the ideal library (--library ideal)")
-    results, cache = [], {}
-    for b in buckets:
-        algo, collective, size, opts = _collective_spec(graph, algorithm, n, codec, b.size_bytes,
-                                                        options)
-        key = (algo, collective, size)
-        if key not in cache:
-            plan = library.plan(graph, collective, algo, size, n)
-            plan_opts = default_options(plan.graph, plan.algorithm, n,
-                                        {**{k: v for k, v in opts.items()
-                                            if k not in ("channels", "orders")},
-                                         **plan.options})
-            result = fast_collective(plan.graph, collective, plan.algorithm, size, n,
-                                     list(workers) + list(plan.helper_nodes),
-                                     slices=plan.slices or slices,
-                                     reduce_compute=plan.reduce_compute is not False,
-                                     options=plan_opts)[0]
-            if not result.applicable:
-                raise ConfigError(f"the {library.name} library in training needs the fast path "
-                                  f"for {algo} {collective} of {size} bytes on {n} ranks: "
-                                  f"{result.reason}")
-            cache[key] = dataclasses.replace(result, time_s=plan.total_time_s(result.time_s))
-        results.append(cache[key])
-    return results
+
+    def time_one(algo, collective, size, opts):
+        plan = library.plan(graph, collective, algo, size, n)
+        plan_opts = default_options(plan.graph, plan.algorithm, n,
+                                    {**{k: v for k, v in opts.items()
+                                        if k not in ("channels", "orders")},
+                                     **plan.options})
+        result = fast_collective(plan.graph, collective, plan.algorithm, size, n,
+                                 list(workers) + list(plan.helper_nodes),
+                                 slices=plan.slices or slices,
+                                 reduce_compute=plan.reduce_compute is not False,
+                                 options=plan_opts)[0]
+        if not result.applicable:
+            raise ConfigError(f"the {library.name} library in training needs the fast path "
+                              f"for {algo} {collective} of {size} bytes on {n} ranks: "
+                              f"{result.reason}")
+        return dataclasses.replace(result, time_s=plan.total_time_s(result.time_s))
+
+    return [result for _spec, result in _per_bucket(graph, algorithm, n, codec, buckets,
+                                                     options, time_one)]
 
 
 def _account_fast(engine, result, begin: float) -> None:
