@@ -205,6 +205,7 @@ def cmd_compare_training(args) -> int:
     """``compare`` on a training table: per-point throughput and speedup, speedup MAPE by
     arch, model and GPU count; ``--max-mape`` on the speedup MAPE of every arch."""
     from .cli_args import library_args
+    from .library import training_library
     from .compare_training import (compare_training, format_training_points,
                                    format_training_summary, mape_failures, select,
                                    summarise_training)
@@ -234,14 +235,8 @@ def cmd_compare_training(args) -> int:
     for name, params, part in _topology_groups(args, measured):
         graph = load_topology(name, params)
         lib = library_args(args, graph)
-        library = None
-        if lib["library"] == "nccl":
-            from .library import get_library, graph_settings
-
-            library = get_library("nccl", **graph_settings(graph, "nccl", {
-                "version": lib["version"], "launch": lib["launch"]}))
-        elif lib["library"] == "ideal":
-            library = "ideal"
+        library = training_library(graph, lib["library"], launch=lib["launch"],
+                                   version=lib["version"]) or "ideal"
         frames.append(compare_training(part, graph, library=library, framework=framework,
                                        anchor=args.anchor or "measured",
                                        aggregation=args.algorithm, ps=ps,
