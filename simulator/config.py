@@ -4,7 +4,7 @@ Users type YAML (scenarios, topology presets); a misspelt key that is silently i
 worst bug a simulator can have, because the run looks fine and answers a different question.
 :func:`read_yaml` parses text into plain data plus a map from every key path to its line, and
 rejects duplicate keys. :class:`Where` turns a key path into ``file:line: a.b.c`` for messages.
-:func:`check_keys` rejects unknown keys listing the valid ones and reports missing required ones.
+The typed grammar (:mod:`simulator.grammar`) then checks the keys and values of scenarios.
 """
 
 from __future__ import annotations
@@ -128,22 +128,3 @@ def _check_shape(root, origin: str) -> None:
             stack.extend((v, depth + 1) for pair in node.value for v in pair)
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((v, depth + 1) for v in node.value)
-
-
-def check_keys(data, where: Where, path: tuple, valid, required=()) -> dict:
-    """``data`` must be a mapping whose keys are all in ``valid`` and include ``required``."""
-    if not isinstance(data, dict):
-        raise where.error(path, f"expected a mapping with keys {', '.join(valid)}, got "
-                                f"{type(data).__name__}")
-    for key in data:
-        if key not in valid:
-            raise where.error(path + (key,), f"unknown key {key!r}; valid: {', '.join(valid)}")
-    for key in required:
-        if key not in data:
-            raise where.error(path, f"missing required key {key!r}")
-    return data
-
-
-def as_list(value) -> list:
-    """A scalar or a list, as a list (``gpus: 8`` and ``gpus: [8, 16]`` both work)."""
-    return list(value) if isinstance(value, (list, tuple)) else [value]

@@ -1,208 +1,748 @@
-"""The scenario and topology-file grammar as typed models (pydantic), for editors and checks.
+"""The scenario grammar as typed models (pydantic): the one validator of scenario files.
 
-Each model names every key a section accepts, its type and, where the grammar fixes one, its
-range or its choices. :mod:`simulator.scenario` takes its key lists from these models (one
-grammar, two readers), and ``clustersim schema scenario|topology`` prints their JSON Schema, so
+Each model names every key a section accepts, its type, its range or its choices, its default,
+and the checks that span keys (``tau`` only with ``consistency: easgd``, a failure inside its
+horizon, an algorithm that implements the sweep's collective). :func:`validate` runs a model on
+the data of :func:`simulator.config.read_yaml` and turns the first problem into the project's
+one-line message, ``file:line: key.path: what was expected, got what`` (plus how many other
+problems the file has); :mod:`simulator.scenario` then only assembles the run's objects from the
+validated sections. ``clustersim schema scenario|topology`` prints the models as JSON Schema, so
 an editor with a YAML language server completes and checks a scenario as it is typed (point
 ``# yaml-language-server: $schema=scenario.schema.json`` at the printed file).
 
-Values that carry units (``64MiB``, ``100 Gbps``, ``2 us``, ``134 img/s``) are strings or
-numbers here; the loader parses them with :mod:`simulator.units`. Names from registries
-(algorithms, models, devices, presets) are checked by the loader against the registry, which
-the messages list; the schema lists the registries' current names where they are fixed sets.
+Values with units (``64MiB``, ``100 Gbps``, ``2 us``, ``134 img/s``) are parsed here by
+:mod:`simulator.units`: a validated section holds bytes, seconds and samples per second. Names
+from registries (algorithms, models, devices, compressions, plots) are checked against the
+registry when a file is validated (imported lazily: the grammar stays importable on its own),
+and the message lists the valid names.
+
+Scalars stand for one-item lists where a list is accepted (``gpus: 8`` is ``gpus: [8]``).
+Types are strict: ``"8"`` is not an integer, ``1`` is not ``true``, and numbers are finite.
 """
 
-from __future__ import annotations
-
 import json
-from typing import Any, Literal, Union
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      PlainValidator, ValidationError, ValidationInfo, model_validator)
 
-Quantity = Union[int, float, str]
-Counts = Union[int, list[int]]
-Names = Union[str, list[str]]
+from .errors import ClusterSimError, ConfigError
 
+
+class Invalid(ConfigError):
+    """A validator's complaint; ``key`` locates it below the value being validated (a model's
+    check that spans keys names the key it blames)."""
+
+    def __init__(self, message: str, *key):
+        super().__init__(message)
+        self.key = key
+
+
+# -- value types ----------------------------------------------------------------------------------
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def listed(item, min_length: int = 1):
+    """A list of ``item``, a scalar standing for a one-item list."""
+    return Annotated[list[item], Field(min_length=min_length),
+                     BeforeValidator(_as_list, json_schema_input_type=Union[item, list[item]])]
+
+
+class _Enum:
+    """JSON Schema ``enum`` of a registry's names, read when the schema is printed."""
+
+    def __init__(self, names: Callable[[], Iterable[str]]):
+        self.names = names
+
+    def __get_pydantic_json_schema__(self, core_schema, handler):
+        schema = handler(core_schema)
+        schema["enum"] = list(self.names())
+        return schema
+
+
+def one_of(names: Callable[[], Iterable[str]]):
+    """A name from a registry (``names()``, read when a file is validated)."""
+    def check(value):
+        valid = tuple(names())
+        if not isinstance(value, str) or value not in valid:
+            raise Invalid(f"expected one of {', '.join(map(str, valid))}, got {value!r}")
+        return value
+    return Annotated[str, PlainValidator(check, json_schema_input_type=str), _Enum(names)]
+
+
+def quantity(parse, what: str):
+    """A value with its unit, parsed by ``parse`` (``parse_size``, ``parse_duration``, ...)."""
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise Invalid(f"expected a {what} with its unit, got {value!r}")
+        return parse(value)       # the key path names the value; the parser names its kind
+    return Annotated[Union[int, float, str], PlainValidator(check, json_schema_input_type=Union[
+        int, float, str]), Field(description=f"a {what} with its unit")]
+
+
+def _registered(check) -> Callable:
+    """``check(value)`` with the project's errors turned into validation errors."""
+    def run(value):
+        try:
+            check(value)
+        except ClusterSimError as exc:
+            raise Invalid(str(exc)) from None
+        return value
+    return run
+
+
+def _algorithm_implements(*collectives, extra: str = ""):
+    """An algorithm name implementing every one of ``collectives``."""
+    def check(value):
+        from .schedules import get_algorithm
+
+        if not isinstance(value, str):
+            raise Invalid(f"expected an algorithm name, got {value!r}")
+        try:
+            algo = get_algorithm(value)
+        except ClusterSimError as exc:
+            raise Invalid(f"{exc}{extra}") from None
+        missing = [c for c in collectives if c not in algo.collectives]
+        if missing:
+            raise Invalid(f"{value} does not implement {', '.join(missing)}")
+        return value
+    return check
+
+
+def _aggregation(value):
+    """A training aggregation: ``ps``, ``ps-bsp``, ``ps-sspK``, ``ps-async``, ``ps-easgdT``, or
+    an all-reduce algorithm."""
+    from .workload.sweep import is_aggregation
+
+    if isinstance(value, str) and is_aggregation(value):
+        return value
+    return _algorithm_implements("allreduce", extra=" (or ps, ps-bsp, ps-sspK, ps-async, "
+                                                    "ps-easgdT)")(value)
+
+
+def _models():
+    from .workload.models import MODELS
+    return MODELS
+
+
+def _devices():
+    from .topology.devices import DEVICES
+    return DEVICES
+
+
+def _precisions():
+    from .workload.training import PRECISIONS
+    return PRECISIONS
+
+
+def _state_precisions():
+    from .workload.zero import STATE_BYTES_PER_PARAM
+    return STATE_BYTES_PER_PARAM
+
+
+def _compressions():
+    from .workload.compression import COMPRESSIONS
+    return COMPRESSIONS
+
+
+def _size(value):
+    from .units import parse_size
+    return parse_size(value)
+
+
+def _duration(value):
+    from .units import parse_duration
+    return parse_duration(value)
+
+
+def _throughput(value):
+    from .units import parse_throughput
+    return parse_throughput(value)
+
+
+Count = Annotated[int, Field(ge=1)]
+Size = quantity(_size, "size")
+Throughput = quantity(_throughput, "throughput")
+Duration = quantity(_duration, "duration")
+Model = one_of(_models)
+Device = one_of(_devices)
+Precision = one_of(_precisions)
+StatePrecision = one_of(_state_precisions)
+AllReduce = Annotated[str, PlainValidator(_algorithm_implements("allreduce"),
+                                          json_schema_input_type=str)]
+
+
+# -- sections -------------------------------------------------------------------------------------
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A mapping with a fixed set of keys: unknown keys are refused listing the valid ones,
+    missing required keys named, before any value is looked at."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data):
+        valid = tuple(cls.model_fields)
+        if not isinstance(data, dict):
+            raise Invalid(f"expected a mapping with keys {', '.join(valid)}, got "
+                          f"{_described(data)}")
+        for key in data:
+            if key not in valid:
+                raise Invalid(f"unknown key {key!r}; valid: {', '.join(valid)}", key)
+        for key, spec in cls.model_fields.items():
+            if spec.is_required() and key not in data:
+                raise Invalid(f"missing required key {key!r}")
+        return data
+
+    def given(self, key: str) -> bool:
+        """Whether the file wrote ``key`` (rather than taking its default)."""
+        return key in self.model_fields_set
+
+
+def _described(value) -> str:
+    """What a user wrote, in words, for messages about its shape."""
+    if value is None:
+        return "nothing (the section is empty)"
+    if isinstance(value, (list, tuple)):
+        return f"a list ({_shown(value)})"
+    return _shown(value)
+
+
+def _named(value):
+    """``name`` for ``{name: name}`` (``topology: star``, ``library: nccl``)."""
+    if isinstance(value, str):
+        return {"name": value}
+    if not isinstance(value, dict):
+        raise Invalid(f"expected a name or a mapping with a name, got {_described(value)}")
+    return value
 
 
 class TopologyRef(_Section):
-    name: str = Field(description="preset name, builder name or YAML file")
+    name: str = Field(description="preset name, builder name or YAML file (relative to the "
+                                  "scenario)")
     params: dict[str, Any] = Field(default_factory=dict,
                                    description="builder parameters overriding the preset's")
 
 
+def _protocol(value):
+    from .library.nccl import _protocol as parse
+
+    if not isinstance(value, str):
+        raise Invalid(f"expected a protocol name, got {value!r}")
+    try:
+        return None if value == "auto" else parse(value)
+    except ClusterSimError as exc:
+        raise Invalid(str(exc)) from None
+
+
+def _launch(value):
+    from .library.launch import parse_launch
+
+    if not isinstance(value, str):
+        raise Invalid(f"expected a launch mode, got {value!r}")
+    return _registered(parse_launch)(value)
+
+
+def _version(value):
+    from .library.nccl_constants import get_version
+
+    value = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else value
+    if not isinstance(value, str):
+        raise Invalid(f"expected a version such as 2.18, got {value!r}")
+    return _registered(get_version)(value)
+
+
 class LibrarySection(_Section):
     name: Literal["ideal", "nccl"]
-    protocol: str | None = Field(None, description="LL, LL128, Simple or auto (collective "
-                                                   "sweeps only)")
-    launch: str | None = Field(None, description="mpi, group[:G], torch or none")
-    nccl_version: str | None = Field(None, description="e.g. 2.18 (default: the newest)")
+    protocol: Annotated[str | None, PlainValidator(_protocol, json_schema_input_type=str)] = \
+        Field(None, description="LL, LL128, Simple or auto (collective sweeps only)")
+    launch: Annotated[str | None, PlainValidator(_launch, json_schema_input_type=str)] = \
+        Field(None, description="mpi, group[:G], torch or none")
+    nccl_version: Annotated[str | None, PlainValidator(
+        _version, json_schema_input_type=Union[str, float])] = \
+        Field(None, description="e.g. 2.18 (default: the newest)")
+
+    @model_validator(mode="after")
+    def _nccl_only(self):
+        for key in ("protocol", "launch", "nccl_version"):
+            if self.given(key) and self.name != "nccl":
+                raise Invalid(f"{key} needs library name nccl", key)
+        return self
 
 
 class CollectivePs(_Section):
-    servers: int = Field(1, ge=1)
+    servers: Count = 1
     placement: Literal["dedicated", "colocated"] = "dedicated"
-    shards: list[float] | None = None
+    shards: list[Annotated[float, Field(ge=0)]] | None = Field(
+        None, description="fraction of the gradient on each server")
     overlap: bool = False
 
 
+def _collectives():
+    from .schedules import COLLECTIVES
+    return COLLECTIVES
+
+
+def _algorithm_name(value):
+    if not isinstance(value, str):
+        raise Invalid(f"expected an algorithm name, got {value!r}")
+    return value
+
+
 class CollectiveSection(_Section):
-    collective: str = Field(description="allreduce, reduce_scatter, allgather, broadcast, "
-                                        "reduce, alltoall")
-    algorithms: Names
-    sizes: Union[Quantity, list[Quantity]] = Field(description="bytes, e.g. [64KiB, 1GiB]")
-    gpus: Counts
-    slices: int = Field(1, ge=1)
-    ps: CollectivePs | None = None
+    collective: one_of(_collectives) = "allreduce"
+    algorithms: listed(Annotated[str, PlainValidator(_algorithm_name,
+                                                     json_schema_input_type=str)]) = ["ring"]
+    sizes: listed(Size) = Field(description="bytes, e.g. [64KiB, 1GiB]")
+    gpus: listed(Count) | None = Field(None, description="default: every endpoint")
+    slices: Count = 1
+    ps: CollectivePs = Field(default_factory=CollectivePs)
     free_reduce: bool = False
+
+    @model_validator(mode="after")
+    def _implemented(self):
+        from .schedules import get_algorithm
+
+        for i, name in enumerate(self.algorithms):
+            try:
+                algo = get_algorithm(name)
+            except ClusterSimError as exc:
+                raise Invalid(str(exc), "algorithms", i) from None
+            if self.collective not in algo.collectives:
+                raise Invalid(f"{name} does not implement {self.collective}; it implements "
+                              f"{', '.join(algo.collectives)}", "algorithms", i)
+        return self
+
+
+def _servers(value):
+    if value == "per_node":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Invalid(f"expected a count >= 1 or per_node, got {value!r}")
+    return value
+
+
+def _ps_impls():
+    from .workload.ps_impls import PS_IMPLS
+    return PS_IMPLS
 
 
 class TrainingPs(_Section):
-    servers: Union[int, Literal["per_node"]] = 1
+    servers: Annotated[Union[int, str], PlainValidator(
+        _servers, json_schema_input_type=Union[Count, Literal["per_node"]])] = 1
     placement: Literal["dedicated", "colocated"] = "dedicated"
     sharding: Literal["round_robin", "greedy", "even"] = "round_robin"
     consistency: Literal["bsp", "ssp", "async", "easgd"] = "bsp"
-    staleness: int | None = Field(None, ge=1, description="ssp only")
+    staleness: Count | None = Field(None, description="ssp only (default 1)")
     iterations: int = Field(4, ge=2)
     local_aggregation: bool = False
-    impl: Literal["ideal", "tf-grpc", "mxnet-kvstore", "torch-gloo", "byteps"] = "ideal"
-    tau: int | None = Field(None, ge=1, description="easgd only: local iterations per exchange")
+    impl: one_of(_ps_impls) = "ideal"
+    tau: Count | None = Field(None, description="easgd only: local iterations per exchange "
+                                                "(default 1)")
     hierarchy: Literal["none", "machine", "rack"] = "none"
+
+    @model_validator(mode="after")
+    def _consistency_keys(self):
+        for key, needs in (("tau", "easgd"), ("staleness", "ssp")):
+            if self.given(key) and self.consistency != needs:
+                raise Invalid(f"only meaningful with consistency: {needs} (here "
+                              f"{self.consistency})", key)
+        return self
+
+    def build(self):
+        from .workload.training import PsConfig
+
+        staleness = {"bsp": 0, "ssp": self.staleness or 1}.get(self.consistency)
+        return PsConfig(servers=self.servers, placement=self.placement, sharding=self.sharding,
+                        staleness=staleness, iterations=self.iterations,
+                        local_aggregation=self.local_aggregation, impl=self.impl,
+                        easgd_tau=(self.tau or 1) if self.consistency == "easgd" else None,
+                        hierarchy=self.hierarchy)
+
+
+def _existing_file(value: str, info: ValidationInfo) -> str:
+    """A file path, relative to the scenario's folder, that exists."""
+    base = (info.context or {}).get("base_dir")
+    file = Path(value)
+    if base is not None and not file.is_absolute():
+        file = Path(base) / file
+    if not file.is_file():
+        raise Invalid(f"file {str(file)!r} not found")
+    return str(file)
 
 
 class ComputeSection(_Section):
-    measured: str = Field(description="per-layer CSV of clustersim measure kernels")
+    measured: Annotated[str, AfterValidator(_existing_file)] = Field(
+        description="per-layer CSV of clustersim measure kernels")
+
+
+def _compression_item(value):
+    return {"kind": value} if isinstance(value, str) else value
+
+
+def _one_or_list(model, value, info: ValidationInfo, shape=lambda v: v):
+    """``model`` validated on one mapping or on each of a list of them (``shape`` turns an
+    item into its mapping), keeping the shape; errors keep their key paths."""
+    def one(item, *at):
+        try:
+            return model.model_validate(shape(item), context=info.context)
+        except ValidationError as exc:
+            path, message = explain(exc.errors(include_url=False)[0])
+            raise Invalid(message, *at, *path) from None
+
+    if not isinstance(value, list):
+        return one(value)
+    if not value:
+        raise Invalid("expected at least one item, got []")
+    return [one(item, i) for i, item in enumerate(value)]
 
 
 class CompressionSection(_Section):
-    kind: str
-    fraction: float | None = Field(None, gt=0, le=1)
+    kind: one_of(_compressions)
+    fraction: float | None = Field(None, description="topk only: kept fraction, in (0, 1]")
     error_feedback: bool | None = None
-    chunk_elements: int | None = Field(None, ge=1)
-    selection_passes: float | None = Field(None, gt=0)
+    chunk_elements: Annotated[int, Field(ge=0)] | None = None
+    selection_passes: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        self.build()
+        return self
+
+    def build(self):
+        """The :class:`~simulator.workload.compression.Compression` (the kind's defaults for
+        what the section leaves out)."""
+        from .workload.compression import Compression, get_compression
+
+        fields = dict(vars(get_compression(self.kind)))
+        fields.update({k: getattr(self, k) for k in self.model_fields_set if k != "kind"})
+        try:
+            return Compression(**fields)
+        except ClusterSimError as exc:
+            bad = next((k for k in sorted(self.model_fields_set) if k in str(exc)), "kind")
+            raise Invalid(str(exc), bad) from None
 
 
 class StragglerSection(_Section):
-    count: int = Field(1, ge=0)
-    factors: list[float]
+    count: Count = 1
+    factors: listed(Annotated[float, Field(ge=1)]) = Field(
+        description="slowdown factors >= 1, one row each")
+
+
+def _policies():
+    from .workload.faults import POLICIES
+    return POLICIES[1:3]
 
 
 class FailureSection(_Section):
-    at: Quantity
-    horizon: Quantity
-    checkpoint_interval: Quantity
-    checkpoint_cost: Quantity
-    restart: Quantity
-    reform: Quantity | None = None
-    policies: Names
+    at: Duration | None = None
+    horizon: Duration | None = None
+    checkpoint_interval: Duration | None = None
+    checkpoint_cost: Duration | None = None
+    restart: Duration | None = None
+    reform: Duration | None = None
+    policies: listed(one_of(_policies))
+
+    @model_validator(mode="after")
+    def _inside_horizon(self):
+        plan = self.build()
+        if plan.at_s >= plan.horizon_s:
+            raise Invalid(f"the failure must fall inside the horizon ({plan.horizon_s:g} s), "
+                          f"got {plan.at_s:g} s", "at")
+        if plan.checkpoint_interval_s <= 0:
+            raise Invalid("must be > 0", "checkpoint_interval")
+        return self
+
+    def build(self):
+        """The :class:`~simulator.workload.faults.FailurePlan` (its defaults for what the
+        section leaves out)."""
+        from .workload.faults import FailurePlan
+
+        return FailurePlan(**{f"{key}_s": getattr(self, key) for key in
+                              ("at", "horizon", "checkpoint_interval", "checkpoint_cost",
+                               "restart", "reform") if getattr(self, key) is not None})
 
 
 class TrainingSection(_Section):
-    models: Names
-    batch_per_gpu: int = Field(32, ge=1)
-    gpus: Counts
-    aggregations: Names
-    precision: Literal["fp32", "fp16", "amp", "bf16"] = "fp32"
-    device: str | None = None
-    bucket: Quantity = "25MiB"
+    models: listed(Model)
+    batch_per_gpu: Count = 32
+    gpus: listed(Count)
+    aggregations: listed(Annotated[str, PlainValidator(_aggregation, json_schema_input_type=str)])
+    precision: Precision = "fp32"
+    device: Device | None = None
+    bucket: Size = 25 * 2**20
     overlap: bool = True
-    slices: int = Field(1, ge=1)
-    ps: TrainingPs | None = None
+    slices: Count = 1
+    ps: TrainingPs = Field(default_factory=TrainingPs)
     compute: ComputeSection | None = None
     stragglers: StragglerSection | None = None
     failure: FailureSection | None = None
-    compression: Union[str, CompressionSection, list[Union[str, CompressionSection]], None] = None
-    framework: str | None = Field(None, description="ddp, apex-ddp, horovod, horovod-0.21, "
-                                                    "tf-per-variable, single-bucket, per_layer, "
-                                                    "size:BYTES or cycle:BYTES:TIME")
-    single_gpu_throughput: Quantity | None = Field(None, description="e.g. 134 img/s")
+    compression: Annotated[Union[CompressionSection, list[CompressionSection], None],
+                           PlainValidator(lambda v, info: _one_or_list(CompressionSection, v,
+                                                                       info, _compression_item),
+                                          json_schema_input_type=Union[
+                                              str, CompressionSection,
+                                              list[Union[str, CompressionSection]]])] = Field(
+        None, description="one format, or a list compared side by side")
+    framework: Annotated[str | None, PlainValidator(
+        _registered(lambda v: _framework(v)), json_schema_input_type=str)] = Field(
+        None, description="ddp, apex-ddp, horovod, horovod-0.21, tf-per-variable, "
+                          "single-bucket, per_layer, size:BYTES or cycle:BYTES:TIME")
+    single_gpu_throughput: Throughput | None = Field(
+        None, description="e.g. 134 img/s")
+
+    def formats(self) -> tuple:
+        """The compression formats, one or a list."""
+        value = self.compression
+        return () if value is None else tuple(value) if isinstance(value, list) else (value,)
+
+    @model_validator(mode="after")
+    def _distinct_formats(self):
+        labels = [c.build().label for c in self.formats()]
+        for i, label in enumerate(labels):
+            if label in labels[:i]:
+                raise Invalid(f"format {label!r} is listed twice", "compression", i)
+        return self
+
+
+def _framework(value):
+    from .workload.frameworks import parse_framework
+
+    if not isinstance(value, str):
+        raise ConfigError(f"expected a framework name or spec, got {value!r}")
+    parse_framework(value)
+
+
+def _zero_stages():
+    from .workload.zero import ZERO_STAGES
+    return ZERO_STAGES
+
+
+def _zero_models():
+    from .workload.zero import zero_model_names
+    return zero_model_names()
+
+
+def _zero_stage(value):
+    stages = _zero_stages()
+    if isinstance(value, bool) or value not in stages:
+        raise Invalid(f"ZeRO stages are {', '.join(map(str, stages[:-1]))} and {stages[-1]}, "
+                      f"got {value!r}")
+    return value
+
+
+def _positive_size(value):
+    if value <= 0:
+        raise Invalid(f"must be > 0 bytes, got {value}")
+    return value
 
 
 class ZeroSection(_Section):
-    model: str
-    device: str | None = None
-    gpus: int = Field(ge=1)
-    micro_batch: int = Field(1, ge=1)
-    precision: str = "fp16"
-    stages: Counts = [0, 1, 2, 3]
-    prefetch: Union[bool, list[bool]] = True
+    model: one_of(_zero_models)
+    device: Device | None = None
+    gpus: Count | None = Field(None, description="default: every endpoint")
+    micro_batch: Count = 1
+    precision: StatePrecision = "fp16"
+    stages: listed(Annotated[int, PlainValidator(_zero_stage, json_schema_input_type=int)]) = \
+        [0, 1, 2, 3]
+    prefetch: listed(bool) = [True]
     checkpointing: bool = False
-    group: Quantity | None = None
-    algorithm: str = "ring"
+    group: Annotated[Size, AfterValidator(_positive_size)] | None = Field(
+        None, description="bucket of gathered parameters (default: DeepSpeed's)")
+    algorithm: Annotated[str, PlainValidator(_algorithm_implements(
+        "allreduce", "reduce_scatter", "allgather"), json_schema_input_type=str)] = "ring"
+
+
+def _pipeline_schedules():
+    from .workload.pipeline import PIPELINE_SCHEDULES
+    return PIPELINE_SCHEDULES
 
 
 class PipelineSection(_Section):
-    model: str
-    device: str | None = None
-    stages: int = Field(ge=1)
-    replicas: int = Field(1, ge=1)
-    micro_batch: int = Field(1, ge=1)
-    micro_batches: Counts
-    schedules: Names = ["gpipe", "1f1b"]
-    precision: str = "fp16"
-    algorithm: str = "ring"
+    model: Model
+    device: Device | None = None
+    stages: Count
+    replicas: Count = 1
+    micro_batch: Count = 1
+    micro_batches: listed(Count) = [1, 2, 4, 8, 16, 32]
+    schedules: listed(one_of(_pipeline_schedules)) | None = Field(
+        None, description="default: every schedule")
+    precision: StatePrecision = "fp16"
+    algorithm: AllReduce = "ring"
     equal_stages: bool = False
-    timeline_micro_batches: int | None = Field(None, ge=1)
+    timeline_micro_batches: Count | None = None
+
+    @model_validator(mode="after")
+    def _timeline_is_run(self):
+        m = self.timeline_micro_batches
+        if m is not None and m not in self.micro_batches:
+            raise Invalid(f"must be one of micro_batches "
+                          f"({', '.join(map(str, self.micro_batches))}), got {m}",
+                          "timeline_micro_batches")
+        return self
+
+
+def _rows(value):
+    """One row count, or one per table."""
+    counts = value if isinstance(value, list) else [value]
+    for i, count in enumerate(counts):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise Invalid(f"expected a row count >= 1, got {count!r}",
+                          *((i,) if isinstance(value, list) else ()))
+    return value
 
 
 class HybridSection(_Section):
-    gpus: int = Field(ge=1)
-    servers: int = Field(1, ge=1)
-    shardings: Names = ["hash"]
-    alpha: float = Field(0.0, ge=0)
-    batch_per_gpu: int = Field(ge=1)
-    tables: int = Field(ge=1)
-    rows: Counts
-    dim: int = Field(ge=1)
-    bytes_per_element: int = Field(4, ge=1)
-    lookups_per_sample: int = Field(1, ge=1)
-    bottom_mlp: list[int]
-    top_mlp: list[int]
-    aggregation: str = "ring"
-    bucket: Quantity = "25MiB"
-    precision: str = "fp32"
-    device: str | None = None
-    iterations: int = Field(3, ge=1)
+    gpus: Count | None = Field(None, description="default: every endpoint")
+    servers: Count | None = None
+    shardings: listed(Literal["hash", "range"]) = ["hash", "range"]
+    alpha: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="Zipf exponent of row popularity (0: uniform)")
+    batch_per_gpu: Count | None = None
+    tables: Count | None = None
+    rows: Annotated[Union[int, list[int], None], PlainValidator(
+        _rows, json_schema_input_type=Union[Count, list[Count]])] = Field(
+        None, description="rows of every table, or one count per table")
+    dim: Count | None = None
+    bytes_per_element: Count | None = None
+    lookups_per_sample: Count | None = None
+    bottom_mlp: listed(Count) | None = None
+    top_mlp: listed(Count) | None = None
+    aggregation: AllReduce = "ring"
+    bucket: Size | None = None
+    precision: Precision | None = None
+    device: Device | None = None
+    iterations: Count | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        self.build()
+        return self
+
+    def build(self):
+        """The :class:`~simulator.workload.hybrid.HybridSpec` (MLPerf's DLRM for what the
+        section leaves out)."""
+        from .workload.hybrid import HybridSpec
+
+        fields = {k: getattr(self, k) for k in self.model_fields_set
+                  if k not in ("gpus", "shardings", "bucket")}
+        for key in ("rows", "bottom_mlp", "top_mlp"):
+            if isinstance(fields.get(key), list):
+                fields[key] = tuple(fields[key])
+        if self.given("bucket"):
+            fields["bucket_bytes"] = self.bucket
+        try:
+            return HybridSpec(**fields)
+        except ClusterSimError as exc:
+            bad = next((k for k in sorted(self.model_fields_set) if str(exc).startswith(k)),
+                       None)
+            raise Invalid(str(exc), *((bad,) if bad else ())) from None
+
+
+def _optimizers():
+    from .workload.time_to_train import CONVERGENCE
+    return CONVERGENCE
 
 
 class TimeToTrainStudy(_Section):
-    model: str
-    batch_per_gpu: int = Field(ge=1)
-    gpus: Counts
-    optimizers: Names
+    model: Model
+    batch_per_gpu: Count = 32
+    gpus: listed(Count)
+    optimizers: listed(one_of(_optimizers))
+
+    @model_validator(mode="after")
+    def _measured_on_model(self):
+        from .workload.time_to_train import CONVERGENCE
+
+        for i, name in enumerate(self.optimizers):
+            if CONVERGENCE[name].model != self.model:
+                raise Invalid(f"the {name} convergence model is measured on "
+                              f"{CONVERGENCE[name].model}, not {self.model}", "optimizers", i)
+        return self
+
+
+def _forms():
+    from .workload.time_to_train import FORMS
+    return FORMS
 
 
 class TimeToTrainSection(_Section):
-    studies: list[TimeToTrainStudy]
-    forms: Names | None = None
-    aggregation: str = "ring"
-    precision: str = "fp32"
-    device: str | None = None
-    bucket: Quantity = "25MiB"
+    studies: Annotated[list[TimeToTrainStudy], Field(min_length=1)] = Field(
+        description="model, batch_per_gpu, gpus, optimizers")
+    forms: listed(one_of(_forms)) | None = Field(
+        None, description="default: every form")
+    aggregation: Annotated[str, PlainValidator(_aggregation, json_schema_input_type=str)] = \
+        "hierarchical"
+    precision: Precision = "fp16"
+    device: Device | None = None
+    bucket: Size = 25 * 2**20
+
+
+def _plots():
+    from .report.plots import WORKLOAD_PLOTS
+    return [name for plots in WORKLOAD_PLOTS.values() for name in plots]
 
 
 class ReportSection(_Section):
-    plots: Names = []
+    plots: listed(one_of(_plots), min_length=0) = []
+
+
+#: The workload sections; a scenario has exactly one.
+WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
 
 
 class Scenario(_Section):
     """A scenario file: a topology, exactly one workload section, and what to report."""
 
-    name: str
-    description: str | None = None
+    name: str | None = Field(None, description="default: the file's name")
+    description: str = ""
     seed: int = Field(0, ge=0)
-    topology: Union[str, TopologyRef]
-    library: Union[Literal["ideal", "nccl"], LibrarySection, None] = None
+    topology: Annotated[TopologyRef, BeforeValidator(
+        _named, json_schema_input_type=Union[str, TopologyRef])]
+    library: Annotated[LibrarySection, BeforeValidator(
+        _named, json_schema_input_type=Union[Literal["ideal", "nccl"], LibrarySection])] | \
+        None = Field(None, description="default: nccl on GPU clusters, ideal elsewhere")
     collective: CollectiveSection | None = None
     training: TrainingSection | None = None
     zero: ZeroSection | None = None
     pipeline: PipelineSection | None = None
     hybrid: HybridSection | None = None
     time_to_train: TimeToTrainSection | None = None
-    report: ReportSection | None = None
+    report: ReportSection = Field(default_factory=ReportSection)
+
+    @property
+    def workload(self) -> str:
+        return next(k for k in WORKLOADS if getattr(self, k) is not None)
+
+    @model_validator(mode="after")
+    def _fits_workload(self):
+        from .report.plots import WORKLOAD_PLOTS
+
+        present = [k for k in WORKLOADS if self.given(k)]
+        if len(present) != 1:
+            raise Invalid(f"a scenario has exactly one workload: one of {', '.join(WORKLOADS)} "
+                          f"(here: {', '.join(present) or 'none'})")
+        if getattr(self, present[0]) is None:
+            raise Invalid("expected the workload's settings, got nothing", present[0])
+        workload = self.workload
+        valid = tuple(WORKLOAD_PLOTS[workload])
+        for i, plot in enumerate(self.report.plots):
+            if plot not in valid:
+                raise Invalid(f"expected one of {', '.join(valid)} (the {workload} plots), got "
+                              f"{plot!r}", "report", "plots", i)
+        if self.library is not None:
+            if workload not in ("collective", "training"):
+                raise Invalid(f"the library applies to collective sweeps and training; a "
+                              f"{workload} workload runs on the ideal library", "library")
+            if workload == "training" and self.library.given("protocol"):
+                raise Invalid("training lets the library choose each bucket's protocol",
+                              "library", "protocol")
+        return self
 
 
 class LibrarySettings(_Section):
@@ -233,6 +773,64 @@ SCHEMAS = {"scenario": Scenario, "topology": TopologyFile}
 def keys(model: type[BaseModel]) -> tuple[str, ...]:
     """The keys a section accepts, in the model's order."""
     return tuple(model.model_fields)
+
+
+# -- validation and its messages ------------------------------------------------------------------
+
+#: pydantic's error types -> what the message says was expected.
+_EXPECTED = {
+    "int_type": "expected an integer", "int_from_float": "expected an integer",
+    "int_parsing": "expected an integer", "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false", "string_type": "expected a string",
+    "float_type": "expected a number", "float_parsing": "expected a number",
+    "finite_number": "expected a finite number", "list_type": "expected a list",
+    "dict_type": "expected a mapping", "model_type": "expected a mapping",
+}
+_BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"),
+           "less_than_equal": ("le", "<="), "less_than": ("lt", "<")}
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def explain(error: dict) -> tuple[tuple, str]:
+    """One pydantic error as ``(key path, message)`` in the project's words."""
+    loc, kind = tuple(error["loc"]), error["type"]
+    ctx, value = error.get("ctx") or {}, error.get("input")
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        exc = ctx["error"]
+        return loc + tuple(getattr(exc, "key", ())), str(exc)
+    if kind in _EXPECTED:
+        return loc, f"{_EXPECTED[kind]}, got {_shown(value)}"
+    if kind in _BOUNDS:
+        name, sign = _BOUNDS[kind]
+        return loc, f"must be {sign} {ctx[name]}, got {_shown(value)}"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return loc, f"expected one of {expected}, got {_shown(value)}"
+    if kind == "too_short":
+        n = ctx.get("min_length", 1)
+        return loc, f"expected at least {n} item{'s' if n != 1 else ''}, got {_shown(value)}"
+    if kind == "missing" and loc:
+        return loc[:-1], f"missing required key {loc[-1]!r}"
+    return loc, f"{error['msg']}, got {_shown(value)}"
+
+
+def validate(model: type[BaseModel], data, where, context: dict | None = None):
+    """``model`` validated on ``data`` (located by ``where``, a :class:`simulator.config.Where`),
+    or a ConfigError ``file:line: key.path: message`` for the first problem, saying how many
+    more the file has."""
+    try:
+        return model.model_validate(data, context=context)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        path, message = explain(errors[0])
+        more = len(errors) - 1
+        if more:
+            message += f" (and {more} more problem{'s' if more > 1 else ''})"
+        raise where.error(path, message) from None
 
 
 def json_schema(name: str) -> str:

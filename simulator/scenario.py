@@ -19,9 +19,11 @@ workload, what to sweep, a seed, and what to report. Version 1 knows the collect
     report:
       plots: [busbw_vs_size]  # see simulator.report.plots.PLOTS
 
-Every key is checked: unknown keys are rejected with the valid ones, values are parsed with
-their units, and errors name the file, the line and the key path. :func:`load_scenario` returns
-a frozen :class:`Scenario`; :func:`run_scenario` runs it and returns the results table.
+Every key is checked by the typed grammar (:mod:`simulator.grammar`, the one validator):
+unknown keys are rejected with the valid ones, values are parsed with their units, names are
+checked against their registries, and errors name the file, the line and the key path. This
+module assembles the run's objects from the validated sections: :func:`load_scenario` returns a
+frozen :class:`Scenario`; :func:`run_scenario` runs it and returns the results table.
 """
 
 from __future__ import annotations
@@ -33,30 +35,11 @@ from pathlib import Path
 import pandas as pd
 
 from . import grammar
-from .config import Where, as_list, check_keys, read_text_file, read_yaml
-from .errors import ClusterSimError, ConfigError
-from .schedules import COLLECTIVES, get_algorithm
-from .units import parse_size, parse_throughput
+from .config import read_text_file, read_yaml
+from .errors import ConfigError
 
 #: The workload sections; a scenario has exactly one.
-WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
-#: The keys of every section, from the typed grammar (:mod:`simulator.grammar`).
-TOP_KEYS = grammar.keys(grammar.Scenario)
-LIBRARY_KEYS = grammar.keys(grammar.LibrarySection)
-TOPOLOGY_KEYS = grammar.keys(grammar.TopologyRef)
-COLLECTIVE_KEYS = grammar.keys(grammar.CollectiveSection)
-PS_KEYS = grammar.keys(grammar.CollectivePs)
-REPORT_KEYS = grammar.keys(grammar.ReportSection)
-TRAINING_KEYS = grammar.keys(grammar.TrainingSection)
-COMPRESSION_KEYS = grammar.keys(grammar.CompressionSection)
-STRAGGLER_KEYS = grammar.keys(grammar.StragglerSection)
-FAILURE_KEYS = grammar.keys(grammar.FailureSection)
-TRAINING_PS_KEYS = grammar.keys(grammar.TrainingPs)
-ZERO_KEYS = grammar.keys(grammar.ZeroSection)
-PIPELINE_KEYS = grammar.keys(grammar.PipelineSection)
-HYBRID_KEYS = grammar.keys(grammar.HybridSection)
-TIME_TO_TRAIN_KEYS = grammar.keys(grammar.TimeToTrainSection)
-TIME_TO_TRAIN_STUDY_KEYS = grammar.keys(grammar.TimeToTrainStudy)
+WORKLOADS = grammar.WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -107,555 +90,138 @@ class Scenario:
     @property
     def workload(self) -> str:
         """The name of the scenario's workload section."""
-        return next(k for k in WORKLOADS if k in self.resolved) if self.resolved else \
+        return next(k for k in WORKLOADS if self.resolved.get(k) is not None) if self.resolved else \
             ("training" if self.training is not None else "collective")
 
 
-def _int(value, where: Where, path, minimum=None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise where.error(path, f"expected an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise where.error(path, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _bool(value, where: Where, path) -> bool:
-    if not isinstance(value, bool):
-        raise where.error(path, f"expected true or false, got {value!r}")
-    return value
-
-
-def _choice(value, where: Where, path, choices) -> str:
-    if isinstance(value, (list, dict)) or value not in choices:
-        raise where.error(path, f"expected one of {', '.join(map(str, choices))}, got {value!r}")
-    return value
-
-
-def _ints(value, where: Where, path, minimum=None) -> tuple[int, ...]:
-    """A scalar or a list of integers (each >= ``minimum``), as a tuple."""
-    return tuple(_int(v, where, path + (i,), minimum) for i, v in enumerate(as_list(value)))
-
-
-def _choices(value, where: Where, path, choices) -> tuple:
-    """A scalar or a list, each item one of ``choices``, as a tuple."""
-    return tuple(_choice(v, where, path + (i,), choices) for i, v in enumerate(as_list(value)))
-
-
-def _number(value, where: Where, path, minimum=None) -> float:
-    """A finite number (>= ``minimum``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
-            or value in (float("inf"), float("-inf")):
-        raise where.error(path, f"expected a number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise where.error(path, f"must be >= {minimum}, got {value}")
-    return float(value)
-
-
-def _quantity(parse, value, where: Where, path):
-    try:
-        return parse(value)
-    except ClusterSimError as exc:
-        raise where.error(path, str(exc)) from None
-
-
-def _ps(data, where: Where) -> PsOptions:
-    path = ("collective", "ps")
-    check_keys(data, where, path, PS_KEYS)
-    shards = data.get("shards")
-    if shards is not None:
-        if not isinstance(shards, list) or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in shards):
-            raise where.error(path + ("shards",), f"expected a list of fractions, got {shards!r}")
-        shards = tuple(float(x) for x in shards)
-    return PsOptions(
-        servers=_int(data.get("servers", 1), where, path + ("servers",), 1),
-        placement=_choice(data.get("placement", "dedicated"), where, path + ("placement",),
-                          ("dedicated", "colocated")),
-        shards=shards, overlap=_bool(data.get("overlap", False), where, path + ("overlap",)))
-
-
-def _collective(data, where: Where) -> CollectiveSweep:
-    path = ("collective",)
-    check_keys(data, where, path, COLLECTIVE_KEYS, required=("sizes",))
-    collective = _choice(data.get("collective", "allreduce"), where, path + ("collective",),
-                         COLLECTIVES)
-    algorithms = as_list(data.get("algorithms", ["ring"]))
-    for i, name in enumerate(algorithms):
-        try:
-            algo = get_algorithm(str(name))
-        except ClusterSimError as exc:
-            raise where.error(path + ("algorithms", i), str(exc)) from None
-        if collective not in algo.collectives:
-            raise where.error(path + ("algorithms", i),
-                              f"{name} does not implement {collective}; it implements "
-                              f"{', '.join(algo.collectives)}")
-    sizes = tuple(_quantity(lambda v: parse_size(v, what="size"), v, where,
-                            path + ("sizes", i)) for i, v in enumerate(as_list(data["sizes"])))
-    gpus = _ints(data["gpus"], where, path + ("gpus",), 1) if "gpus" in data else (None,)
+def _collective(section: grammar.CollectiveSection) -> CollectiveSweep:
+    ps = section.ps
     return CollectiveSweep(
-        collective=collective, algorithms=tuple(str(a) for a in algorithms), sizes_bytes=sizes,
-        gpus=gpus, slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
-        ps=_ps(data.get("ps", {}), where),
-        free_reduce=_bool(data.get("free_reduce", False), where, path + ("free_reduce",)))
+        collective=section.collective, algorithms=tuple(section.algorithms),
+        sizes_bytes=tuple(section.sizes),
+        gpus=tuple(section.gpus) if section.gpus is not None else (None,),
+        slices=section.slices,
+        ps=PsOptions(servers=ps.servers, placement=ps.placement,
+                     shards=tuple(ps.shards) if ps.shards is not None else None,
+                     overlap=ps.overlap),
+        free_reduce=section.free_reduce)
 
 
-def _training_ps(data, where: Where):
-    from .workload.ps_impls import PS_IMPLS
-    from .workload.training import PsConfig
-
-    path = ("training", "ps")
-    check_keys(data, where, path, TRAINING_PS_KEYS)
-    consistency = _choice(data.get("consistency", "bsp"), where, path + ("consistency",),
-                          ("bsp", "ssp", "async", "easgd"))
-    staleness, tau = 0, None
-    if consistency == "easgd":
-        tau = _int(data.get("tau", 1), where, path + ("tau",), 1)
-        staleness = None
-    elif "tau" in data:
-        raise where.error(path + ("tau",), f"only meaningful with consistency: easgd "
-                                           f"(here {consistency})")
-    if consistency == "ssp":
-        staleness = _int(data.get("staleness", 1), where, path + ("staleness",), 1)
-    elif "staleness" in data:
-        raise where.error(path + ("staleness",), f"only meaningful with consistency: ssp "
-                                                 f"(here {consistency})")
-    if consistency == "async":
-        staleness = None
-    servers = data.get("servers", 1)
-    if servers != "per_node":
-        servers = _int(servers, where, path + ("servers",), 1)
-    return PsConfig(
-        servers=servers,
-        placement=_choice(data.get("placement", "dedicated"), where, path + ("placement",),
-                          ("dedicated", "colocated")),
-        sharding=_choice(data.get("sharding", "round_robin"), where, path + ("sharding",),
-                         ("round_robin", "greedy", "even")),
-        staleness=staleness,
-        iterations=_int(data.get("iterations", 4), where, path + ("iterations",), 2),
-        local_aggregation=_bool(data.get("local_aggregation", False), where,
-                                path + ("local_aggregation",)),
-        impl=_choice(data.get("impl", "ideal"), where, path + ("impl",), tuple(PS_IMPLS)),
-        easgd_tau=tau,
-        hierarchy=_choice(data.get("hierarchy", "none"), where, path + ("hierarchy",),
-                          ("none", "machine", "rack")))
-
-
-def _stragglers(data, where: Where) -> tuple[int, tuple[float, ...]]:
-    path = ("training", "stragglers")
-    check_keys(data, where, path, STRAGGLER_KEYS, required=("factors",))
-    factors = []
-    for i, f in enumerate(as_list(data["factors"])):
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or f < 1:
-            raise where.error(path + ("factors", i), f"expected a slowdown factor >= 1, got {f!r}")
-        factors.append(float(f))
-    return _int(data.get("count", 1), where, path + ("count",), 1), tuple(factors)
-
-
-def _failure(data, where: Where):
-    from .units import parse_duration
-    from .workload.faults import POLICIES, FailurePlan
-
-    path = ("training", "failure")
-    check_keys(data, where, path, FAILURE_KEYS, required=("policies",))
-    defaults = FailurePlan()
-    fields = {"at": "at_s", "horizon": "horizon_s", "checkpoint_interval": "checkpoint_interval_s",
-              "checkpoint_cost": "checkpoint_cost_s", "restart": "restart_s",
-              "reform": "reform_s"}
-    values = {attr: _quantity(lambda v, k=key: parse_duration(v, what=k), data[key], where,
-                              path + (key,)) if key in data else getattr(defaults, attr)
-              for key, attr in fields.items()}
-    plan = FailurePlan(**values)
-    if plan.at_s >= plan.horizon_s:
-        raise where.error(path + ("at",), f"the failure must fall inside the horizon "
-                                          f"({plan.horizon_s:g} s), got {plan.at_s:g} s")
-    if plan.checkpoint_interval_s <= 0:
-        raise where.error(path + ("checkpoint_interval",), "must be > 0")
-    policies = tuple(_choice(p, where, path + ("policies", i), POLICIES[1:3])
-                     for i, p in enumerate(as_list(data["policies"])))
-    return plan, ("none",) + policies
-
-
-def _training(data, where: Where, base_dir: Path | None, seed: int = 0):
+def _training(section: grammar.TrainingSection, seed: int):
+    """The :class:`~simulator.workload.sweep.TrainingSpec` of a validated ``training:``
+    section."""
     from .workload.frameworks import parse_framework
-    from .workload.models import MODELS
-    from .workload.sweep import PRECISIONS, TrainingSpec, is_aggregation
+    from .workload.sweep import TrainingSpec
 
-    path = ("training",)
-    check_keys(data, where, path, TRAINING_KEYS, required=("models", "gpus", "aggregations"))
-    models = tuple(str(m) for m in as_list(data["models"]))
-    for i, m in enumerate(models):
-        _choice(m, where, path + ("models", i), tuple(MODELS))
-    aggregations = tuple(str(a) for a in as_list(data["aggregations"]))
-    for i, name in enumerate(aggregations):
-        if is_aggregation(name):
-            continue
-        try:
-            algo = get_algorithm(name)
-        except ClusterSimError as exc:
-            raise where.error(path + ("aggregations", i),
-                              f"{exc} (or ps, ps-bsp, ps-sspK, ps-async)") from None
-        if "allreduce" not in algo.collectives:
-            raise where.error(path + ("aggregations", i), f"{name} does not implement allreduce")
-    gpus = _ints(data["gpus"], where, path + ("gpus",), 1)
-    compute = data.get("compute") or {}
-    check_keys(compute, where, path + ("compute",), ("measured",))
-    measured = compute.get("measured")
-    if measured is not None:
-        file = Path(str(measured))
-        if base_dir is not None and not file.is_absolute():
-            file = base_dir / file
-        if not file.is_file():
-            raise where.error(path + ("compute", "measured"), f"file {str(file)!r} not found")
-        measured = str(file)
+    extra = {}
+    if section.compression is not None:
+        formats = tuple(c.build() for c in section.formats())
+        extra.update({"compressions": formats} if isinstance(section.compression, list)
+                     else {"compression": formats[0]})
+    if section.stragglers is not None:
+        extra.update(stragglers=section.stragglers.count,
+                     straggler_factors=tuple(section.stragglers.factors))
+    if section.failure is not None:
+        extra.update(failure=section.failure.build(),
+                     failure_policies=("none",) + tuple(section.failure.policies))
     return TrainingSpec(
-        models=models,
-        batch_per_gpu=_int(data.get("batch_per_gpu", 32), where, path + ("batch_per_gpu",), 1),
-        gpus=gpus, aggregations=aggregations,
-        precision=_choice(data.get("precision", "fp32"), where, path + ("precision",), PRECISIONS),
-        device=str(data["device"]) if "device" in data else None,
-        bucket_bytes=_quantity(lambda v: parse_size(v, what="bucket"),
-                               data.get("bucket", "25MiB"), where, path + ("bucket",)),
-        overlap=_bool(data.get("overlap", True), where, path + ("overlap",)),
-        slices=_int(data.get("slices", 1), where, path + ("slices",), 1),
-        ps=_training_ps(data.get("ps", {}), where), measured_csv=measured, seed=seed,
-        framework=_quantity(parse_framework, data.get("framework"), where,
-                            path + ("framework",)) if "framework" in data else None,
-        single_gpu_throughput=_quantity(parse_throughput, data["single_gpu_throughput"], where,
-                                        path + ("single_gpu_throughput",))
-        if "single_gpu_throughput" in data else None,
-        **_compression_fields(data, where),
-        **_straggler_fields(data, where), **_failure_fields(data, where))
+        models=tuple(section.models), batch_per_gpu=section.batch_per_gpu,
+        gpus=tuple(section.gpus), aggregations=tuple(section.aggregations),
+        precision=section.precision, device=section.device, bucket_bytes=section.bucket,
+        overlap=section.overlap, slices=section.slices, ps=section.ps.build(),
+        measured_csv=section.compute.measured if section.compute else None, seed=seed,
+        framework=parse_framework(section.framework) if section.framework else None,
+        single_gpu_throughput=section.single_gpu_throughput, **extra)
 
 
-def _compression_fields(data, where: Where) -> dict:
-    """``compression:`` one format (the spec's ``compression``), or a list of formats compared
-    side by side (``compressions``: one row per format and point)."""
-    if "compression" not in data:
-        return {}
-    value, path = data["compression"], ("training", "compression")
-    if not isinstance(value, list):
-        return {"compression": _compression(value, where, path)}
-    formats = tuple(_compression(v, where, path + (i,)) for i, v in enumerate(value))
-    if not formats:
-        raise where.error(path, "expected at least one format")
-    labels = [f.label for f in formats]
-    for i, label in enumerate(labels):
-        if label in labels[:i]:
-            raise where.error(path + (i,), f"format {label!r} is listed twice")
-    return {"compressions": formats}
-
-
-def _compression(data, where: Where, path=("training", "compression")):
-    """``compression: fp16`` (a registered format with its defaults) or a mapping
-    ``{kind: topk, fraction: 0.01, error_feedback: true}``."""
-    from .workload.compression import COMPRESSIONS, Compression, get_compression
-
-    if isinstance(data, str):
-        _choice(data, where, path, tuple(COMPRESSIONS))
-        return get_compression(data)
-    check_keys(data, where, path, COMPRESSION_KEYS, required=("kind",))
-    kind = _choice(data["kind"], where, path + ("kind",), tuple(COMPRESSIONS))
-    fields = dict(vars(get_compression(kind)))
-    if "error_feedback" in data:
-        fields["error_feedback"] = _bool(data["error_feedback"], where,
-                                         path + ("error_feedback",))
-    if "chunk_elements" in data:
-        fields["chunk_elements"] = _int(data["chunk_elements"], where,
-                                        path + ("chunk_elements",), 0)
-    for key in ("fraction", "selection_passes"):
-        if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise where.error(path + (key,), f"expected a number, got {value!r}")
-            fields[key] = float(value)
-    try:
-        return Compression(**fields)
-    except ClusterSimError as exc:
-        bad = next((k for k in COMPRESSION_KEYS[1:] if k in data and k in str(exc)), "kind")
-        raise where.error(path + (bad,), str(exc)) from None
-
-
-def _straggler_fields(data, where: Where) -> dict:
-    if "stragglers" not in data:
-        return {}
-    count, factors = _stragglers(data["stragglers"], where)
-    return {"stragglers": count, "straggler_factors": factors}
-
-
-def _failure_fields(data, where: Where) -> dict:
-    if "failure" not in data:
-        return {}
-    plan, policies = _failure(data["failure"], where)
-    return {"failure": plan, "failure_policies": policies}
-
-
-def _device(data, where: Where, path) -> str | None:
-    """An optional GPU preset name (default: the topology's)."""
-    from .topology.devices import DEVICES
-
-    return _choice(data["device"], where, path + ("device",), tuple(DEVICES)) \
-        if "device" in data else None
-
-
-def _algorithm(name, where: Where, path, collectives=("allreduce",)) -> str:
-    """A registered algorithm that implements every one of ``collectives``."""
-    try:
-        algo = get_algorithm(str(name))
-    except ClusterSimError as exc:
-        raise where.error(path, str(exc)) from None
-    missing = [c for c in collectives if c not in algo.collectives]
-    if missing:
-        raise where.error(path, f"{name} does not implement {', '.join(missing)}")
-    return str(name)
-
-
-def _size(data, key: str, default, where: Where, path) -> int:
-    """A size with its unit (``1GB``, ``25MiB``) under ``key``."""
-    return _quantity(lambda v: parse_size(v, what=key), data.get(key, default), where,
-                     path + (key,))
-
-
-def _zero(data, where: Where):
+def _zero(section: grammar.ZeroSection):
     """The ``zero:`` section: a :class:`~simulator.workload.zero.ZeroStudy`."""
-    from .workload.zero import (DEFAULT_GROUP_BYTES, STATE_BYTES_PER_PARAM, ZERO_STAGES,
-                                ZeroStudy, zero_model_names)
+    from .workload.zero import DEFAULT_GROUP_BYTES, ZeroStudy
 
-    path = ("zero",)
-    check_keys(data, where, path, ZERO_KEYS, required=("model",))
-    stages = _ints(data.get("stages", list(ZERO_STAGES)), where, path + ("stages",), 0)
-    for i, stage in enumerate(stages):
-        if stage not in ZERO_STAGES:
-            raise where.error(path + ("stages", i), f"ZeRO stages are 0, 1, 2 and 3, got {stage}")
-    prefetch = tuple(_bool(v, where, path + ("prefetch", i))
-                     for i, v in enumerate(as_list(data.get("prefetch", True))))
-    group = _size(data, "group", DEFAULT_GROUP_BYTES, where, path)
-    if group <= 0:
-        raise where.error(path + ("group",), f"must be > 0 bytes, got {group}")
     return ZeroStudy(
-        model=_choice(data["model"], where, path + ("model",), zero_model_names()),
-        device=_device(data, where, path),
-        gpus=_int(data["gpus"], where, path + ("gpus",), 1) if "gpus" in data else None,
-        micro_batch=_int(data.get("micro_batch", 1), where, path + ("micro_batch",), 1),
-        precision=_choice(data.get("precision", "fp16"), where, path + ("precision",),
-                          tuple(STATE_BYTES_PER_PARAM)),
-        stages=stages, prefetch=prefetch,
-        checkpointing=_bool(data.get("checkpointing", False), where, path + ("checkpointing",)),
-        group_bytes=group,
-        algorithm=_algorithm(data.get("algorithm", "ring"), where, path + ("algorithm",),
-                             ("allreduce", "reduce_scatter", "allgather")))
+        model=section.model, device=section.device, gpus=section.gpus,
+        micro_batch=section.micro_batch, precision=section.precision,
+        stages=tuple(section.stages), prefetch=tuple(section.prefetch),
+        checkpointing=section.checkpointing,
+        group_bytes=section.group if section.group is not None else DEFAULT_GROUP_BYTES,
+        algorithm=section.algorithm)
 
 
-def _pipeline(data, where: Where):
+def _pipeline(section: grammar.PipelineSection):
     """The ``pipeline:`` section: a :class:`~simulator.workload.pipeline.PipelineStudy`."""
-    from .workload.models import MODELS
     from .workload.pipeline import PIPELINE_SCHEDULES, PipelineStudy
-    from .workload.zero import STATE_BYTES_PER_PARAM
 
-    path = ("pipeline",)
-    check_keys(data, where, path, PIPELINE_KEYS, required=("model", "stages"))
-    micro_batches = _ints(data.get("micro_batches", [1, 2, 4, 8, 16, 32]), where,
-                          path + ("micro_batches",), 1)
-    timeline = None
-    if "timeline_micro_batches" in data:
-        timeline = _int(data["timeline_micro_batches"], where,
-                        path + ("timeline_micro_batches",), 1)
-        if timeline not in micro_batches:
-            raise where.error(path + ("timeline_micro_batches",),
-                              f"must be one of micro_batches ({', '.join(map(str, micro_batches))})"
-                              f", got {timeline}")
     return PipelineStudy(
-        model=_choice(data["model"], where, path + ("model",), tuple(MODELS)),
-        device=_device(data, where, path),
-        stages=_int(data["stages"], where, path + ("stages",), 1),
-        replicas=_int(data.get("replicas", 1), where, path + ("replicas",), 1),
-        micro_batch=_int(data.get("micro_batch", 1), where, path + ("micro_batch",), 1),
-        micro_batches=micro_batches,
-        schedules=_choices(data.get("schedules", list(PIPELINE_SCHEDULES)), where,
-                           path + ("schedules",), tuple(PIPELINE_SCHEDULES)),
-        precision=_choice(data.get("precision", "fp16"), where, path + ("precision",),
-                          tuple(STATE_BYTES_PER_PARAM)),
-        algorithm=_algorithm(data.get("algorithm", "ring"), where, path + ("algorithm",)),
-        equal_stages=_bool(data.get("equal_stages", False), where, path + ("equal_stages",)),
-        timeline_micro_batches=timeline)
+        model=section.model, device=section.device, stages=section.stages,
+        replicas=section.replicas, micro_batch=section.micro_batch,
+        micro_batches=tuple(section.micro_batches),
+        schedules=tuple(section.schedules or PIPELINE_SCHEDULES),
+        precision=section.precision, algorithm=section.algorithm,
+        equal_stages=section.equal_stages,
+        timeline_micro_batches=section.timeline_micro_batches)
 
 
-def _hybrid(data, where: Where):
+def _hybrid(section: grammar.HybridSection):
     """The ``hybrid:`` section: a :class:`~simulator.workload.hybrid.HybridStudy` (defaults:
     MLPerf's DLRM, :class:`~simulator.workload.hybrid.HybridSpec`)."""
-    from .workload.hybrid import HybridSpec, HybridStudy
-    from .workload.sweep import PRECISIONS
+    from .workload.hybrid import HybridStudy
 
-    path = ("hybrid",)
-    check_keys(data, where, path, HYBRID_KEYS)
-    base = HybridSpec()
-    fields = {key: _int(data[key], where, path + (key,), 1)
-              for key in ("servers", "batch_per_gpu", "tables", "dim", "bytes_per_element",
-                          "lookups_per_sample", "iterations") if key in data}
-    if "rows" in data:
-        rows = _ints(data["rows"], where, path + ("rows",), 1)
-        fields["rows"] = rows if isinstance(data["rows"], list) else rows[0]
-    for key in ("bottom_mlp", "top_mlp"):
-        if key in data:
-            fields[key] = _ints(data[key], where, path + (key,), 1)
-    if "alpha" in data:
-        fields["alpha"] = _number(data["alpha"], where, path + ("alpha",), 0)
-    if "precision" in data:
-        fields["precision"] = _choice(data["precision"], where, path + ("precision",),
-                                      PRECISIONS)
-    fields["device"] = _device(data, where, path)
-    fields["aggregation"] = _algorithm(data.get("aggregation", base.aggregation), where,
-                                       path + ("aggregation",))
-    fields["bucket_bytes"] = _size(data, "bucket", base.bucket_bytes, where, path)
-    try:
-        spec = HybridSpec(**fields)
-    except ClusterSimError as exc:
-        bad = next((k for k in HYBRID_KEYS if k in data and str(exc).startswith(k)), "")
-        raise where.error(path + ((bad,) if bad else ()), str(exc)) from None
-    shardings = _choices(data.get("shardings", ["hash", "range"]), where, path + ("shardings",),
-                         ("hash", "range"))
-    return HybridStudy(spec=spec, shardings=shardings,
-                       gpus=_int(data["gpus"], where, path + ("gpus",), 1)
-                       if "gpus" in data else None)
+    return HybridStudy(spec=section.build(),
+                       shardings=tuple(section.shardings), gpus=section.gpus)
 
 
-def _time_to_train(data, where: Where):
+def _time_to_train(section: grammar.TimeToTrainSection):
     """The ``time_to_train:`` section: a
     :class:`~simulator.workload.time_to_train.TimeToTrainSpec`."""
-    from .workload.models import MODELS
-    from .workload.sweep import PRECISIONS, is_aggregation
-    from .workload.time_to_train import (CONVERGENCE, FORMS, TimeToTrainSpec,
-                                         TimeToTrainStudy)
+    from .workload.time_to_train import FORMS, TimeToTrainSpec, TimeToTrainStudy
 
-    path = ("time_to_train",)
-    check_keys(data, where, path, TIME_TO_TRAIN_KEYS, required=("studies",))
-    studies = []
-    items = data["studies"]
-    if not isinstance(items, list) or not items:
-        raise where.error(path + ("studies",), "expected a list of studies (model, "
-                                               "batch_per_gpu, gpus, optimizers)")
-    for k, item in enumerate(items):
-        at = path + ("studies", k)
-        check_keys(item, where, at, TIME_TO_TRAIN_STUDY_KEYS,
-                   required=("model", "gpus", "optimizers"))
-        model = _choice(item["model"], where, at + ("model",), tuple(MODELS))
-        optimizers = _choices(item["optimizers"], where, at + ("optimizers",),
-                              tuple(CONVERGENCE))
-        for i, name in enumerate(optimizers):
-            if CONVERGENCE[name].model != model:
-                raise where.error(at + ("optimizers", i),
-                                  f"the {name} convergence model is measured on "
-                                  f"{CONVERGENCE[name].model}, not {model}")
-        studies.append(TimeToTrainStudy(
-            model=model,
-            batch_per_gpu=_int(item.get("batch_per_gpu", 32), where, at + ("batch_per_gpu",), 1),
-            gpus=_ints(item["gpus"], where, at + ("gpus",), 1), optimizers=optimizers))
-    aggregation = data.get("aggregation", "hierarchical")
-    if not is_aggregation(str(aggregation)):
-        aggregation = _algorithm(aggregation, where, path + ("aggregation",))
     return TimeToTrainSpec(
-        studies=tuple(studies),
-        forms=_choices(data.get("forms", list(FORMS)), where, path + ("forms",), FORMS),
-        aggregation=str(aggregation),
-        precision=_choice(data.get("precision", "fp16"), where, path + ("precision",),
-                          PRECISIONS),
-        device=_device(data, where, path),
-        bucket_bytes=_size(data, "bucket", "25MiB", where, path))
+        studies=tuple(TimeToTrainStudy(model=s.model, batch_per_gpu=s.batch_per_gpu,
+                                       gpus=tuple(s.gpus), optimizers=tuple(s.optimizers))
+                      for s in section.studies),
+        forms=tuple(section.forms or FORMS), aggregation=section.aggregation,
+        precision=section.precision, device=section.device, bucket_bytes=section.bucket)
 
 
-#: Parsers of the study sections (collective and training have their own fields).
+#: Builders of the study sections (collective and training have their own fields).
 STUDY_PARSERS = {"zero": _zero, "pipeline": _pipeline, "hybrid": _hybrid,
                  "time_to_train": _time_to_train}
 
 
 def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = None) -> Scenario:
-    """Parse and validate scenario YAML ``text`` (``origin`` names it in errors)."""
-    from .report.plots import WORKLOAD_PLOTS
-
+    """Parse and validate scenario YAML ``text`` (``origin`` names it in errors; relative
+    paths in it are relative to ``base_dir``)."""
     data, where = read_yaml(text, origin)
-    check_keys(data, where, (), TOP_KEYS, required=("topology",))
-    present = [k for k in WORKLOADS if k in data]
-    if len(present) != 1:
-        raise where.error((), f"a scenario has exactly one workload: one of "
-                              f"{', '.join(WORKLOADS)} (here: {', '.join(present) or 'none'})")
-    workload = present[0]
-    topo = data["topology"]
-    if isinstance(topo, str):
-        topo = {"name": topo}
-    check_keys(topo, where, ("topology",), TOPOLOGY_KEYS, required=("name",))
-    params = topo.get("params") or {}
-    if not isinstance(params, dict):
-        raise where.error(("topology", "params"), "expected a mapping of builder parameters")
-    topo_name = str(topo["name"])
+    if data is None:
+        raise where.error((), "the file is empty; a scenario names a topology and one workload "
+                              "section (see scenarios/quickstart.yaml)")
+    model = grammar.validate(grammar.Scenario, data, where, {"base_dir": base_dir})
+    workload = model.workload
+    topo_name = model.topology.name
     if base_dir is not None and topo_name.endswith((".yaml", ".yml")):
         candidate = base_dir / topo_name
         if candidate.exists():
             topo_name = str(candidate)
-    report = data.get("report") or {}
-    check_keys(report, where, ("report",), REPORT_KEYS)
-    plots = _choices(report.get("plots", []), where, ("report", "plots"),
-                     tuple(WORKLOAD_PLOTS[workload]))
-    seed = _int(data.get("seed", 0), where, ("seed",), 0)
-    library = _library(data.get("library"), where, workload)
-    name = data.get("name", Path(origin).stem)
-    if not isinstance(name, str):
-        raise where.error(("name",), f"expected a string, got {name!r}")
-    return Scenario(name=name, description=str(data.get("description", "")),
-                    topology=topo_name, topology_params=dict(params),
-                    collective=_collective(data["collective"], where)
-                    if workload == "collective" else None,
-                    training=_training(data["training"], where, base_dir, seed)
-                    if workload == "training" else None,
-                    study=STUDY_PARSERS[workload](data[workload], where)
-                    if workload in STUDY_PARSERS else None, seed=seed,
-                    plots=tuple(plots), origin=origin, resolved=data, library=library)
+    section = getattr(model, workload)
+    return Scenario(
+        name=model.name if model.name is not None else Path(origin).stem,
+        description=model.description, topology=topo_name,
+        topology_params=dict(model.topology.params),
+        collective=_collective(section) if workload == "collective" else None,
+        training=_training(section, model.seed) if workload == "training" else None,
+        study=STUDY_PARSERS[workload](section) if workload in STUDY_PARSERS else None,
+        seed=model.seed, plots=tuple(model.report.plots), origin=origin, resolved=data,
+        library=_library(model.library))
 
 
-def _library(data, where: Where, workload: str) -> dict | None:
-    """The ``library:`` section: a name (``nccl``, ``ideal``) or a mapping with ``name``,
-    ``protocol``, ``launch`` and ``nccl_version``; ``None`` picks by topology."""
-    from .library import LIBRARIES
-    from .library.launch import parse_launch
-    from .library.nccl import _protocol
-    from .library.nccl_constants import get_version
-
-    if data is None:
+def _library(section: grammar.LibrarySection | None) -> dict | None:
+    """The ``library:`` section as ``{name, protocol, launch, nccl_version}`` (the keys the
+    file wrote); ``None`` picks by topology."""
+    if section is None:
         return None
-    if isinstance(data, str):
-        data = {"name": data}
-    if not isinstance(data, dict):
-        raise where.error(("library",), f"expected a library name ({', '.join(LIBRARIES)}) or a "
-                                        f"mapping with keys {', '.join(LIBRARY_KEYS)}, got "
-                                        f"{data!r}")
-    check_keys(data, where, ("library",), LIBRARY_KEYS, required=("name",))
-    name = data["name"]
-    if name not in LIBRARIES:
-        raise where.error(("library", "name"), f"unknown library {name!r}; valid: "
-                                               f"{', '.join(LIBRARIES)}")
-    if workload not in ("collective", "training"):
-        raise where.error(("library",), f"the library applies to collective sweeps and "
-                                        f"training; a {workload} workload runs on the ideal "
-                                        f"library")
-    if workload == "training" and "protocol" in data:
-        raise where.error(("library", "protocol"), "training lets the library choose each "
-                                                   "bucket's protocol")
-    out = {"name": name}
-    for key in ("protocol", "launch", "nccl_version"):
-        if key not in data:
-            continue
-        if name != "nccl":
-            raise where.error(("library", key), f"{key} needs library name nccl")
-        value = str(data[key])
-        try:
-            if key == "protocol":
-                value = None if value == "auto" else _protocol(value)
-            elif key == "launch":
-                parse_launch(value)
-            else:
-                get_version(value)
-        except ClusterSimError as exc:
-            raise where.error(("library", key), str(exc)) from None
-        out[key] = value
-    return out
+    return {"name": section.name, **{key: getattr(section, key) for key in
+                                     ("protocol", "launch", "nccl_version")
+                                     if section.given(key)}}
 
 
 def load_scenario(path: str) -> Scenario:

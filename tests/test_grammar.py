@@ -155,3 +155,96 @@ def test_generated_corpus_size(record_property):
     print(f"generated scenarios: {GENERATED}, 0 tracebacks")
     if GENERATED["cases"]:
         assert GENERATED["cases"] >= 100
+
+
+# -- the grammar is the validator ---------------------------------------------------------------
+
+BASE = "topology: star\n"
+
+
+@pytest.mark.parametrize("body, message", [
+    # strict types: a quoted number is not a count, 4.0 is not an integer, 1 is not true
+    ("collective: {sizes: 1MiB, gpus: ['4']}", "s.yaml:2: collective.gpus.0: expected an "
+                                               "integer, got '4'"),
+    ("collective: {sizes: 1MiB, gpus: [4.0]}", "collective.gpus.0: expected an integer, got 4.0"),
+    ("collective: {sizes: 1MiB, free_reduce: 1}", "collective.free_reduce: expected true or "
+                                                  "false, got 1"),
+    # ranges, with the bound
+    ("collective: {sizes: 1MiB, slices: 0}", "collective.slices: must be >= 1, got 0"),
+    ("training: {models: resnet50, gpus: 8, aggregations: ps, ps: {iterations: 1}}",
+     "training.ps.iterations: must be >= 2, got 1"),
+    # finite numbers
+    ("hybrid: {alpha: .inf}", "hybrid.alpha: expected a finite number, got inf"),
+    # choices, listed
+    ("collective: {sizes: 1MiB, ps: {placement: near}}",
+     "collective.ps.placement: expected one of dedicated, colocated, got 'near'"),
+    ("training: {models: resnet5, gpus: 8, aggregations: ring}",
+     "training.models.0: expected one of alexnet, vgg16, resnet50"),
+    ("zero: {model: gpt3_6.7b, device: a100}", "zero.device: expected one of k80-gk210"),
+    # units, parsed at the edge
+    ("collective: {sizes: [1MiB, 3 parsecs]}", "collective.sizes.1: cannot parse size '3 parsecs'"),
+    ("training: {models: resnet50, gpus: 8, aggregations: ring, failure: {at: soon, "
+     "policies: elastic}}", "training.failure.at: cannot parse duration 'soon'"),
+    # checks that span keys name the key they blame
+    ("training: {models: resnet50, gpus: 8, aggregations: ring, ps: {staleness: 2}}",
+     "training.ps.staleness: only meaningful with consistency: ssp (here bsp)"),
+    ("collective: {collective: broadcast, algorithms: [ring, ps], sizes: 1MiB}",
+     "collective.algorithms.1: ps does not implement broadcast"),
+    ("training: {models: resnet50, gpus: 8, aggregations: ring, compression: "
+     "{kind: fp16, fraction: 0.5}}", "training.compression.fraction: fraction applies to topk"),
+    ("training: {models: resnet50, gpus: 8, aggregations: ring, compression: "
+     "[fp16, {kind: topk, frac: 0.1}]}", "training.compression.1.frac: unknown key 'frac'"),
+    ("hybrid: {rows: [10, 0]}", "hybrid.rows.1: expected a row count >= 1, got 0"),
+    ("time_to_train: {studies: [{model: bert_large, gpus: 8, optimizers: sgd}]}",
+     "time_to_train.studies.0.optimizers.0: the sgd convergence model is measured on "
+     "resnet50"),
+    # shapes
+    ("collective:", "s.yaml:2: collective: expected the workload's settings, got nothing"),
+    ("collective: [1MiB]", "collective: expected a mapping with keys collective, algorithms"),
+    ("collective: {sizes: 1MiB}\nlibrary: [nccl]", "library: expected a name or a mapping"),
+    # every problem counted, the first one shown
+    ("collective: {sizes: 1MiB, gpus: [0, x], slices: -1}",
+     "collective.gpus.0: must be >= 1, got 0 (and 2 more problems)"),
+])
+def test_the_grammar_validates_scenarios_with_file_line_key_messages(body, message):
+    with pytest.raises(ClusterSimError) as err:
+        read_scenario(BASE + body + "\n", "s.yaml")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_validated_values_reach_the_run_parsed_and_defaulted():
+    scenario = read_scenario(BASE + "training: {models: resnet50, gpus: [8, 16], aggregations: "
+                                    "[ring, ps-ssp2], bucket: 10MiB, ps: {consistency: ssp, "
+                                    "staleness: 3}, compression: [fp16, {kind: topk, "
+                                    "fraction: 0.01}], single_gpu_throughput: 390 img/s}\n",
+                             "s.yaml")
+    spec = scenario.training
+    assert spec.bucket_bytes == 10 * 2**20 and spec.gpus == (8, 16)
+    assert spec.ps.staleness == 3 and spec.ps.easgd_tau is None
+    assert [c.kind for c in spec.compressions] == ["fp16", "topk"]
+    assert spec.compressions[1].fraction == 0.01
+    assert spec.single_gpu_throughput == 390.0
+    easgd = read_scenario(BASE + "training: {models: resnet50, gpus: 8, aggregations: ps, "
+                                 "ps: {consistency: easgd}}\n", "s.yaml").training.ps
+    assert easgd.easgd_tau == 1 and easgd.staleness is None
+    one = read_scenario(BASE + "hybrid: {rows: 1000, tables: 2, bottom_mlp: [13, 128]}\n",
+                        "s.yaml").study
+    assert one.spec.rows == 1000 and one.spec.tables == 2 and one.shardings == ("hash", "range")
+    listed = read_scenario(BASE + "hybrid: {rows: [10, 20], tables: 2, bottom_mlp: [13, 128]}\n",
+                           "s.yaml").study
+    assert listed.spec.rows == (10, 20)
+
+
+def test_schema_lists_registry_names_for_editors():
+    schema = json.loads(grammar.json_schema("scenario"))
+    training = schema["$defs"]["TrainingSection"]["properties"]
+    assert "resnet50" in training["models"]["anyOf"][0]["enum"]
+    assert "a100-sxm4-80gb" in training["device"]["anyOf"][0]["enum"]
+    assert schema["$defs"]["CollectiveSection"]["properties"]["collective"]["enum"][0] == \
+        "allreduce"
+
+
+def test_empty_scenario_file_says_so():
+    with pytest.raises(ClusterSimError, match="s.yaml: the file is empty"):
+        read_scenario("# nothing here\n", "s.yaml")

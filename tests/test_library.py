@@ -282,7 +282,7 @@ def test_scenario_library_section():
 
 
 @pytest.mark.parametrize("extra, needle", [
-    ("library: mpich\n", "unknown library 'mpich'"),
+    ("library: mpich\n", "library.name: expected one of ideal, nccl, got 'mpich'"),
     ("library: {name: nccl, proto: LL}\n", "proto"),
     ("library: {name: ideal, protocol: LL}\n", "needs library name nccl"),
     ("library: {name: nccl, protocol: LL256}\n", "unknown protocol"),
