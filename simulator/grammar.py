@@ -22,77 +22,18 @@ Types are strict: ``"8"`` is not an integer, ``1`` is not ``true``, and numbers 
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      PlainValidator, ValidationError, ValidationInfo, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainValidator,
+                      ValidationInfo, model_validator)
 
+from .config import (Invalid, Section, described, listed, one_of, one_or_list, quantity,
+                     registered)
 from .errors import ClusterSimError, ConfigError
-
-
-class Invalid(ConfigError):
-    """A validator's complaint; ``key`` locates it below the value being validated (a model's
-    check that spans keys names the key it blames)."""
-
-    def __init__(self, message: str, *key):
-        super().__init__(message)
-        self.key = key
+from .topology.presets import TopologyFile
 
 
 # -- value types ----------------------------------------------------------------------------------
-
-def _as_list(value):
-    return value if isinstance(value, list) else [value]
-
-
-def listed(item, min_length: int = 1):
-    """A list of ``item``, a scalar standing for a one-item list."""
-    return Annotated[list[item], Field(min_length=min_length),
-                     BeforeValidator(_as_list, json_schema_input_type=Union[item, list[item]])]
-
-
-class _Enum:
-    """JSON Schema ``enum`` of a registry's names, read when the schema is printed."""
-
-    def __init__(self, names: Callable[[], Iterable[str]]):
-        self.names = names
-
-    def __get_pydantic_json_schema__(self, core_schema, handler):
-        schema = handler(core_schema)
-        schema["enum"] = list(self.names())
-        return schema
-
-
-def one_of(names: Callable[[], Iterable[str]]):
-    """A name from a registry (``names()``, read when a file is validated)."""
-    def check(value):
-        valid = tuple(names())
-        if not isinstance(value, str) or value not in valid:
-            raise Invalid(f"expected one of {', '.join(map(str, valid))}, got {value!r}")
-        return value
-    return Annotated[str, PlainValidator(check, json_schema_input_type=str), _Enum(names)]
-
-
-def quantity(parse, what: str):
-    """A value with its unit, parsed by ``parse`` (``parse_size``, ``parse_duration``, ...)."""
-    def check(value):
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise Invalid(f"expected a {what} with its unit, got {value!r}")
-        return parse(value)       # the key path names the value; the parser names its kind
-    return Annotated[Union[int, float, str], PlainValidator(check, json_schema_input_type=Union[
-        int, float, str]), Field(description=f"a {what} with its unit")]
-
-
-def _registered(check) -> Callable:
-    """``check(value)`` with the project's errors turned into validation errors."""
-    def run(value):
-        try:
-            check(value)
-        except ClusterSimError as exc:
-            raise Invalid(str(exc)) from None
-        return value
-    return run
-
 
 def _algorithm_implements(*collectives, extra: str = ""):
     """An algorithm name implementing every one of ``collectives``."""
@@ -177,51 +118,16 @@ AllReduce = Annotated[str, PlainValidator(_algorithm_implements("allreduce"),
 
 # -- sections -------------------------------------------------------------------------------------
 
-class _Section(BaseModel):
-    """A mapping with a fixed set of keys: unknown keys are refused listing the valid ones,
-    missing required keys named, before any value is looked at."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data):
-        valid = tuple(cls.model_fields)
-        if not isinstance(data, dict):
-            raise Invalid(f"expected a mapping with keys {', '.join(valid)}, got "
-                          f"{_described(data)}")
-        for key in data:
-            if key not in valid:
-                raise Invalid(f"unknown key {key!r}; valid: {', '.join(valid)}", key)
-        for key, spec in cls.model_fields.items():
-            if spec.is_required() and key not in data:
-                raise Invalid(f"missing required key {key!r}")
-        return data
-
-    def given(self, key: str) -> bool:
-        """Whether the file wrote ``key`` (rather than taking its default)."""
-        return key in self.model_fields_set
-
-
-def _described(value) -> str:
-    """What a user wrote, in words, for messages about its shape."""
-    if value is None:
-        return "nothing (the section is empty)"
-    if isinstance(value, (list, tuple)):
-        return f"a list ({_shown(value)})"
-    return _shown(value)
-
-
 def _named(value):
     """``name`` for ``{name: name}`` (``topology: star``, ``library: nccl``)."""
     if isinstance(value, str):
         return {"name": value}
     if not isinstance(value, dict):
-        raise Invalid(f"expected a name or a mapping with a name, got {_described(value)}")
+        raise Invalid(f"expected a name or a mapping with a name, got {described(value)}")
     return value
 
 
-class TopologyRef(_Section):
+class TopologyRef(Section):
     name: str = Field(description="preset name, builder name or YAML file (relative to the "
                                   "scenario)")
     params: dict[str, Any] = Field(default_factory=dict,
@@ -244,7 +150,7 @@ def _launch(value):
 
     if not isinstance(value, str):
         raise Invalid(f"expected a launch mode, got {value!r}")
-    return _registered(parse_launch)(value)
+    return registered(parse_launch)(value)
 
 
 def _version(value):
@@ -254,10 +160,10 @@ def _version(value):
         else value
     if not isinstance(value, str):
         raise Invalid(f"expected a version such as 2.18, got {value!r}")
-    return _registered(get_version)(value)
+    return registered(get_version)(value)
 
 
-class LibrarySection(_Section):
+class LibrarySection(Section):
     name: Literal["ideal", "nccl"]
     protocol: Annotated[str | None, PlainValidator(_protocol, json_schema_input_type=str)] = \
         Field(None, description="LL, LL128, Simple or auto (collective sweeps only)")
@@ -275,7 +181,7 @@ class LibrarySection(_Section):
         return self
 
 
-class CollectivePs(_Section):
+class CollectivePs(Section):
     servers: Count = 1
     placement: Literal["dedicated", "colocated"] = "dedicated"
     shards: list[Annotated[float, Field(ge=0)]] | None = Field(
@@ -294,7 +200,7 @@ def _algorithm_name(value):
     return value
 
 
-class CollectiveSection(_Section):
+class CollectiveSection(Section):
     collective: one_of(_collectives) = "allreduce"
     algorithms: listed(Annotated[str, PlainValidator(_algorithm_name,
                                                      json_schema_input_type=str)]) = ["ring"]
@@ -332,7 +238,7 @@ def _ps_impls():
     return PS_IMPLS
 
 
-class TrainingPs(_Section):
+class TrainingPs(Section):
     servers: Annotated[Union[int, str], PlainValidator(
         _servers, json_schema_input_type=Union[Count, Literal["per_node"]])] = 1
     placement: Literal["dedicated", "colocated"] = "dedicated"
@@ -376,7 +282,7 @@ def _existing_file(value: str, info: ValidationInfo) -> str:
     return str(file)
 
 
-class ComputeSection(_Section):
+class ComputeSection(Section):
     measured: Annotated[str, AfterValidator(_existing_file)] = Field(
         description="per-layer CSV of clustersim measure kernels")
 
@@ -385,24 +291,7 @@ def _compression_item(value):
     return {"kind": value} if isinstance(value, str) else value
 
 
-def _one_or_list(model, value, info: ValidationInfo, shape=lambda v: v):
-    """``model`` validated on one mapping or on each of a list of them (``shape`` turns an
-    item into its mapping), keeping the shape; errors keep their key paths."""
-    def one(item, *at):
-        try:
-            return model.model_validate(shape(item), context=info.context)
-        except ValidationError as exc:
-            path, message = explain(exc.errors(include_url=False)[0])
-            raise Invalid(message, *at, *path) from None
-
-    if not isinstance(value, list):
-        return one(value)
-    if not value:
-        raise Invalid("expected at least one item, got []")
-    return [one(item, i) for i, item in enumerate(value)]
-
-
-class CompressionSection(_Section):
+class CompressionSection(Section):
     kind: one_of(_compressions)
     fraction: float | None = Field(None, description="topk only: kept fraction, in (0, 1]")
     error_feedback: bool | None = None
@@ -428,7 +317,7 @@ class CompressionSection(_Section):
             raise Invalid(str(exc), bad) from None
 
 
-class StragglerSection(_Section):
+class StragglerSection(Section):
     count: Count = 1
     factors: listed(Annotated[float, Field(ge=1)]) = Field(
         description="slowdown factors >= 1, one row each")
@@ -439,7 +328,7 @@ def _policies():
     return POLICIES[1:3]
 
 
-class FailureSection(_Section):
+class FailureSection(Section):
     at: Duration | None = None
     horizon: Duration | None = None
     checkpoint_interval: Duration | None = None
@@ -468,7 +357,7 @@ class FailureSection(_Section):
                                "restart", "reform") if getattr(self, key) is not None})
 
 
-class TrainingSection(_Section):
+class TrainingSection(Section):
     models: listed(Model)
     batch_per_gpu: Count = 32
     gpus: listed(Count)
@@ -483,14 +372,14 @@ class TrainingSection(_Section):
     stragglers: StragglerSection | None = None
     failure: FailureSection | None = None
     compression: Annotated[Union[CompressionSection, list[CompressionSection], None],
-                           PlainValidator(lambda v, info: _one_or_list(CompressionSection, v,
+                           PlainValidator(lambda v, info: one_or_list(CompressionSection, v,
                                                                        info, _compression_item),
                                           json_schema_input_type=Union[
                                               str, CompressionSection,
                                               list[Union[str, CompressionSection]]])] = Field(
         None, description="one format, or a list compared side by side")
     framework: Annotated[str | None, PlainValidator(
-        _registered(lambda v: _framework(v)), json_schema_input_type=str)] = Field(
+        registered(lambda v: _framework(v)), json_schema_input_type=str)] = Field(
         None, description="ddp, apex-ddp, horovod, horovod-0.21, tf-per-variable, "
                           "single-bucket, per_layer, size:BYTES or cycle:BYTES:TIME")
     single_gpu_throughput: Throughput | None = Field(
@@ -542,7 +431,7 @@ def _positive_size(value):
     return value
 
 
-class ZeroSection(_Section):
+class ZeroSection(Section):
     model: one_of(_zero_models)
     device: Device | None = None
     gpus: Count | None = Field(None, description="default: every endpoint")
@@ -563,7 +452,7 @@ def _pipeline_schedules():
     return PIPELINE_SCHEDULES
 
 
-class PipelineSection(_Section):
+class PipelineSection(Section):
     model: Model
     device: Device | None = None
     stages: Count
@@ -597,7 +486,7 @@ def _rows(value):
     return value
 
 
-class HybridSection(_Section):
+class HybridSection(Section):
     gpus: Count | None = Field(None, description="default: every endpoint")
     servers: Count | None = None
     shardings: listed(Literal["hash", "range"]) = ["hash", "range"]
@@ -649,7 +538,7 @@ def _optimizers():
     return CONVERGENCE
 
 
-class TimeToTrainStudy(_Section):
+class TimeToTrainStudy(Section):
     model: Model
     batch_per_gpu: Count = 32
     gpus: listed(Count)
@@ -671,7 +560,7 @@ def _forms():
     return FORMS
 
 
-class TimeToTrainSection(_Section):
+class TimeToTrainSection(Section):
     studies: Annotated[list[TimeToTrainStudy], Field(min_length=1)] = Field(
         description="model, batch_per_gpu, gpus, optimizers")
     forms: listed(one_of(_forms)) | None = Field(
@@ -688,7 +577,7 @@ def _plots():
     return [name for plots in WORKLOAD_PLOTS.values() for name in plots]
 
 
-class ReportSection(_Section):
+class ReportSection(Section):
     plots: listed(one_of(_plots), min_length=0) = []
 
 
@@ -696,7 +585,7 @@ class ReportSection(_Section):
 WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
 
 
-class Scenario(_Section):
+class Scenario(Section):
     """A scenario file: a topology, exactly one workload section, and what to report."""
 
     name: str | None = Field(None, description="default: the file's name")
@@ -745,29 +634,8 @@ class Scenario(_Section):
         return self
 
 
-class LibrarySettings(_Section):
-    """A calibrated preset's ``library:`` section (written by ``clustersim calibrate``)."""
-
-    name: Literal["ideal", "nccl"] = "nccl"
-    version: str | None = None
-    scale: dict[Literal["latency", "bandwidth"], float] | None = None
-    costs: dict[Literal["kernel_launch_s", "call_overhead_s", "python_call_s"], float] | None \
-        = None
-
-
-class TopologyFile(_Section):
-    """A topology preset file: a builder and its parameters, with the sources of the numbers."""
-
-    name: str
-    description: str | None = None
-    builder: str = Field(description="star, fat_tree or gpu_cluster")
-    params: dict[str, Any] = Field(default_factory=dict)
-    sources: list[str] = Field(default_factory=list)
-    library: LibrarySettings | None = None
-
-
 #: ``clustersim schema NAME`` -> model.
-SCHEMAS = {"scenario": Scenario, "topology": TopologyFile}
+SCHEMAS = {"scenario": Scenario, "topology": TopologyFile}   # the preset grammar: topology.presets
 
 
 def keys(model: type[BaseModel]) -> tuple[str, ...]:
@@ -776,62 +644,6 @@ def keys(model: type[BaseModel]) -> tuple[str, ...]:
 
 
 # -- validation and its messages ------------------------------------------------------------------
-
-#: pydantic's error types -> what the message says was expected.
-_EXPECTED = {
-    "int_type": "expected an integer", "int_from_float": "expected an integer",
-    "int_parsing": "expected an integer", "bool_type": "expected true or false",
-    "bool_parsing": "expected true or false", "string_type": "expected a string",
-    "float_type": "expected a number", "float_parsing": "expected a number",
-    "finite_number": "expected a finite number", "list_type": "expected a list",
-    "dict_type": "expected a mapping", "model_type": "expected a mapping",
-}
-_BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"),
-           "less_than_equal": ("le", "<="), "less_than": ("lt", "<")}
-
-
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def explain(error: dict) -> tuple[tuple, str]:
-    """One pydantic error as ``(key path, message)`` in the project's words."""
-    loc, kind = tuple(error["loc"]), error["type"]
-    ctx, value = error.get("ctx") or {}, error.get("input")
-    if kind in ("value_error", "assertion_error") and "error" in ctx:
-        exc = ctx["error"]
-        return loc + tuple(getattr(exc, "key", ())), str(exc)
-    if kind in _EXPECTED:
-        return loc, f"{_EXPECTED[kind]}, got {_shown(value)}"
-    if kind in _BOUNDS:
-        name, sign = _BOUNDS[kind]
-        return loc, f"must be {sign} {ctx[name]}, got {_shown(value)}"
-    if kind == "literal_error":
-        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
-        return loc, f"expected one of {expected}, got {_shown(value)}"
-    if kind == "too_short":
-        n = ctx.get("min_length", 1)
-        return loc, f"expected at least {n} item{'s' if n != 1 else ''}, got {_shown(value)}"
-    if kind == "missing" and loc:
-        return loc[:-1], f"missing required key {loc[-1]!r}"
-    return loc, f"{error['msg']}, got {_shown(value)}"
-
-
-def validate(model: type[BaseModel], data, where, context: dict | None = None):
-    """``model`` validated on ``data`` (located by ``where``, a :class:`simulator.config.Where`),
-    or a ConfigError ``file:line: key.path: message`` for the first problem, saying how many
-    more the file has."""
-    try:
-        return model.model_validate(data, context=context)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        path, message = explain(errors[0])
-        more = len(errors) - 1
-        if more:
-            message += f" (and {more} more problem{'s' if more > 1 else ''})"
-        raise where.error(path, message) from None
-
 
 def json_schema(name: str) -> str:
     """The JSON Schema of ``scenario`` or ``topology`` files, as text."""

@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import grammar
-from .config import read_text_file, read_yaml
+from .config import read_text_file, read_yaml, validate
 from .errors import ConfigError
 
 #: The workload sections; a scenario has exactly one.
@@ -195,7 +195,7 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
     if data is None:
         raise where.error((), "the file is empty; a scenario names a topology and one workload "
                               "section (see scenarios/quickstart.yaml)")
-    model = grammar.validate(grammar.Scenario, data, where, {"base_dir": base_dir})
+    model = validate(grammar.Scenario, data, where, {"base_dir": base_dir})
     workload = model.workload
     topo_name = model.topology.name
     if base_dir is not None and topo_name.endswith((".yaml", ".yml")):

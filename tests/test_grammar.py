@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from simulator import grammar
 from simulator.errors import ClusterSimError
 from simulator.scenario import read_scenario
-from simulator.topology.presets import _KEYS as PRESET_KEYS
+from simulator.topology.presets import read_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -34,8 +34,33 @@ def test_every_preset_fits_the_typed_grammar(path):
     grammar.TopologyFile.model_validate(yaml.safe_load(path.read_text()))
 
 
-def test_preset_keys_are_the_loader_keys():
-    assert grammar.keys(grammar.TopologyFile) == tuple(PRESET_KEYS)
+@pytest.mark.parametrize("text, message", [
+    ("name: x\nbuilder: stars\n", "p.yaml:2: builder: expected one of star, fat_tree, gpu_cluster, got 'stars'"),
+    ("name: x\nbuilder: star\nparams: {hostz: 4}\n",
+     "p.yaml:3: params.hostz: unknown parameter 'hostz' for builder 'star'; valid: hosts"),
+    ("name: x\nbuilder: star\nsources: [a, 3]\n", "p.yaml:3: sources.1: expected a string, "
+                                                      "got 3"),
+    ("name: x\nbuilder: star\nlibrary: {scale: {latency: 0}}\n",
+     "p.yaml:3: library.scale.latency: must be > 0, got 0"),
+    ("name: x\nbuilder: star\nlibrary: {costs: {launch: 1}}\n",
+     "library.costs.launch: unknown key 'launch'; valid: kernel_launch_s, call_overhead_s"),
+    ("name: x\nbuilder: star\nlibrary: {costs: {python_call_s: .nan}}\n",
+     "library.costs.python_call_s: expected a finite number"),
+    ("builder: star\n", "p.yaml: missing required key 'name'"),
+    ("name: x\nbuilder: star\ncolour: red\n", "p.yaml:3: colour: unknown key 'colour'"),
+    ("# empty\n", "p.yaml: the file is empty"),
+])
+def test_presets_are_validated_by_their_typed_model(text, message):
+    with pytest.raises(ClusterSimError) as err:
+        read_preset(text, "p.yaml")
+    assert message in str(err.value)
+
+
+def test_preset_library_settings_reach_the_spec():
+    spec = read_preset("name: x\nbuilder: star\nlibrary: {version: 2.18, scale: {latency: 1.5},"
+                       " costs: {kernel_launch_s: 4.0e-6}}\n", "p.yaml")
+    assert spec.library == {"name": "nccl", "version": "2.18", "scale": {"latency": 1.5},
+                            "costs": {"kernel_launch_s": 4e-6}}
 
 
 def test_the_grammar_rejects_what_it_must():

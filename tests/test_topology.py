@@ -456,15 +456,15 @@ def test_load_from_path(tmp_path):
 
 
 @pytest.mark.parametrize("text,error,match", [
-    ("name: x\nbuilder: star\ncolour: blue\n", ConfigError, r"mine.yaml:3: unknown key 'colour'"),
+    ("name: x\nbuilder: star\ncolour: blue\n", ConfigError, r"mine.yaml:3: colour: unknown key 'colour'"),
     ("name: x\nbuilder: star\nparams:\n  hosts: 2\n  speed: 3\n", ConfigError,
-     r"mine.yaml:5: unknown parameter 'speed'.*valid: hosts"),
+     r"mine.yaml:5: params.speed: unknown parameter 'speed'.*valid: hosts"),
     ("name: x\nbuilder: star\nparams:\n  link_bandwidth: fast\n", UnitError,
      r"mine.yaml:4: link_bandwidth: cannot parse"),
     ("name: x\nbuilder: star\nparams:\n  hosts: 0\n", ConfigError, r"mine.yaml:4: hosts"),
-    ("name: x\nbuilder: ring\n", ConfigError, r"mine.yaml:2: .*valid: fat_tree"),
-    ("name: x\nbuilder: star\nparams: [1, 2]\n", ConfigError, r"mine.yaml:3: 'params' must be"),
-    ("name: x\nbuilder: star\nsources: [1]\n", ConfigError, r"sources\[0\] must be a str"),
+    ("name: x\nbuilder: ring\n", ConfigError, r"mine.yaml:2: builder: expected one of star, fat_tree, gpu_cluster, got 'ring'"),
+    ("name: x\nbuilder: star\nparams: [1, 2]\n", ConfigError, r"mine.yaml:3: params: expected a mapping, got \[1, 2\]"),
+    ("name: x\nbuilder: star\nsources: [1]\n", ConfigError, r"mine.yaml:3: sources.0: expected a string, got 1"),
     ("name: x\nname: y\nbuilder: star\n", ConfigError, r"mine.yaml:2: duplicate key 'name'"),
     ("builder: star\n", ConfigError, r"missing required key 'name'"),
     ("name: [unclosed\n", ConfigError, r"invalid YAML"),

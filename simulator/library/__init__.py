@@ -72,42 +72,5 @@ def graph_settings(graph, name: str, settings: dict | None = None) -> dict:
     return {**stored, **given}
 
 
-#: Settings a preset's ``library:`` section may hold, and what each is.
-SETTING_KEYS = ("name", "version", "scale", "costs")
-SCALE_KEYS = ("latency", "bandwidth")
-COST_KEYS = ("kernel_launch_s", "call_overhead_s", "python_call_s")
-
-
-def check_settings(data: dict) -> dict:
-    """Validate a ``library:`` mapping (``name``, ``version``, ``scale``, ``costs``)."""
-    import math
-
-    from ..errors import ConfigError
-
-    unknown = sorted(set(data) - set(SETTING_KEYS))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; valid: "
-                          f"{', '.join(SETTING_KEYS)}")
-    out = {"name": str(data.get("name", "nccl"))}
-    if out["name"] not in LIBRARIES:
-        raise unknown_name("library", out["name"], LIBRARIES)
-    if "version" in data:
-        out["version"] = str(data["version"])
-    for key, valid in (("scale", SCALE_KEYS), ("costs", COST_KEYS)):
-        section = data.get(key) or {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"{key}: expected a mapping of {', '.join(valid)}")
-        for name, value in section.items():
-            if name not in valid:
-                raise ConfigError(f"{key}: unknown key {name!r}; valid: {', '.join(valid)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0 or (key == "scale" and value == 0):
-                raise ConfigError(f"{key}.{name}: expected a finite number "
-                                  f"{'> 0' if key == 'scale' else '>= 0'}, got {value!r}")
-        if section:
-            out[key] = {k: float(v) for k, v in section.items()}
-    return out
-
-
-__all__ = ["LIBRARIES", "Launch", "Plan", "check_settings", "default_library", "get_library",
+__all__ = ["LIBRARIES", "Launch", "Plan", "default_library", "get_library",
            "graph_settings", "parse_launch", "resolve_library"]

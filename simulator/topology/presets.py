@@ -13,8 +13,9 @@ A preset is a builder call with sourced numbers::
 
 The packaged presets live in the ``topologies`` package (``topologies/<name>.yaml``, shipped as
 package data). :func:`load_topology` takes a preset name, a builder name (its defaults), or a path
-to a YAML file, plus ``--param KEY=VALUE`` overrides. Loading is strict: unknown or duplicate keys,
-wrong types and unknown parameters raise ConfigError naming the file, the key and its line.
+to a YAML file, plus ``--param KEY=VALUE`` overrides. Loading is strict (the typed model :class:`TopologyFile`): unknown or
+duplicate keys, wrong types and unknown parameters raise ConfigError naming the file, the key and
+its line.
 """
 
 from __future__ import annotations
@@ -22,20 +23,17 @@ from __future__ import annotations
 import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import networkx as nx
 import yaml
+from pydantic import BeforeValidator, Field, model_validator
 
-from simulator.config import read_text_file, read_yaml
+from simulator.config import Invalid, Section, one_of, read_text_file, read_yaml, validate
 from simulator.errors import ClusterSimError, ConfigError, unknown_name
 from simulator.topology.builders import BUILDERS, build, parameter_names
 
 __all__ = ["PresetSpec", "list_topologies", "load_topology", "preset_names", "read_preset"]
-
-_KEYS = {"name": str, "description": str, "builder": str, "params": dict, "sources": list,
-         "library": dict}
-_REQUIRED = ("name", "builder")
-
 
 @dataclass(frozen=True)
 class PresetSpec:
@@ -66,52 +64,61 @@ def list_topologies() -> list[str]:
     return sorted(BUILDERS) + preset_names()
 
 
+class LibrarySettings(Section):
+    """A calibrated preset's ``library:`` section (written by ``clustersim calibrate``)."""
+
+    name: Literal["ideal", "nccl"] = "nccl"
+    version: Annotated[str, BeforeValidator(
+        lambda v: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v)] \
+        | None = Field(None, description="the NCCL version calibrated, e.g. 2.18.3")
+    scale: dict[Literal["latency", "bandwidth"], Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="factors on the library's latencies and bandwidths")
+    costs: dict[Literal["kernel_launch_s", "call_overhead_s", "python_call_s"],
+                Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="fixed costs per call, in seconds")
+
+    def settings(self) -> dict:
+        """As the library takes them: what the file wrote (``name`` always)."""
+        out = {"name": self.name}
+        if self.version is not None:
+            out["version"] = self.version
+        out.update({key: dict(getattr(self, key)) for key in ("scale", "costs")
+                    if getattr(self, key)})
+        return out
+
+
+class TopologyFile(Section):
+    """A topology preset file: a builder and its parameters, with the sources of the numbers."""
+
+    name: str
+    description: str = ""
+    builder: one_of(lambda: BUILDERS) = Field(description="star, fat_tree or gpu_cluster")
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="the builder's parameters; unit strings allowed")
+    sources: list[str] = Field(default_factory=list, description="where each number comes from")
+    library: LibrarySettings | None = None
+
+    @model_validator(mode="after")
+    def _builder_parameters(self):
+        valid = parameter_names(self.builder)
+        for key in self.params:
+            if key not in valid:
+                raise Invalid(f"unknown parameter {key!r} for builder {self.builder!r}; valid: "
+                              f"{', '.join(valid)}", "params", key)
+        return self
+
+
 def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
     """Parse and check preset YAML ``text``; ``origin`` (a file name) goes into every error."""
-    data, located = read_yaml(text, origin)
-    lines = located.lines
-
-    def where(*path) -> str:
-        line = lines.get(path)
-        return f"{origin}:{line}" if line else origin
-
-    if not isinstance(data, dict):
-        raise ConfigError(f"{origin}: a topology preset is a mapping with keys "
-                          f"{', '.join(_KEYS)}")
-    for key, value in data.items():
-        if key not in _KEYS:
-            raise ConfigError(f"{where(key)}: unknown key {key!r}; valid: {', '.join(_KEYS)}")
-        if not isinstance(value, _KEYS[key]):
-            raise ConfigError(f"{where(key)}: {key!r} must be a {_KEYS[key].__name__}, "
-                              f"got {type(value).__name__}")
-    for key in _REQUIRED:
-        if key not in data:
-            raise ConfigError(f"{origin}: missing required key {key!r}")
-    if data["builder"] not in BUILDERS:
-        error = unknown_name("topology builder", data["builder"], BUILDERS)
-        raise ConfigError(f"{where('builder')}: {error}")
-    params = data.get("params") or {}
-    valid = parameter_names(data["builder"])
-    for key in params:
-        if key not in valid:
-            raise ConfigError(f"{where('params', key)}: unknown parameter {key!r} for builder "
-                              f"{data['builder']!r}; valid: {', '.join(valid)}")
-    sources = data.get("sources", [])
-    for i, source in enumerate(sources):
-        if not isinstance(source, str):
-            raise ConfigError(f"{where('sources')}: sources[{i}] must be a str, got "
-                              f"{type(source).__name__}")
-    library = data.get("library") or {}
-    if library:
-        from simulator.library import check_settings
-
-        try:
-            library = check_settings(library)
-        except ClusterSimError as exc:
-            raise ConfigError(f"{where('library')}: {exc}") from None
-    return PresetSpec(name=data["name"], builder=data["builder"], params=dict(params),
-                      description=data.get("description", ""), sources=tuple(sources),
-                      origin=origin, lines=lines, library=library)
+    data, where = read_yaml(text, origin)
+    if data is None:
+        raise where.error((), "the file is empty; a topology preset names a builder and its "
+                              "params (see topologies/dgx-a100.yaml)")
+    spec = validate(TopologyFile, data, where)
+    return PresetSpec(name=spec.name, builder=spec.builder, params=dict(spec.params),
+                      description=spec.description, sources=tuple(spec.sources),
+                      origin=origin, lines=where.lines,
+                      library=spec.library.settings() if spec.library else {})
 
 
 def _override_value(value):
