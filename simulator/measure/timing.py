@@ -16,7 +16,6 @@ timings drift with whatever else the machine runs.
 from __future__ import annotations
 
 import contextlib
-import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -91,12 +90,13 @@ class Stats:
         return self.std_s / self.median_s if self.median_s > 0 else 0.0
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default) of already sorted values."""
-    pos = q * (len(sorted_values) - 1)
-    low = math.floor(pos)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+def _iqr(values: Sequence[float]) -> float:
+    """Interquartile range by linear interpolation (numpy's default: ``statistics``'
+    inclusive method)."""
+    if len(values) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(values, n=4, method="inclusive")
+    return high - low
 
 
 def summarize(samples_s: Sequence[float]) -> Stats:
@@ -106,7 +106,7 @@ def summarize(samples_s: Sequence[float]) -> Stats:
         raise ValueError("no samples to summarize")
     return Stats(median_s=statistics.median(values), mean_s=statistics.fmean(values),
                  std_s=statistics.stdev(values) if len(values) > 1 else 0.0,
-                 iqr_s=_quantile(values, 0.75) - _quantile(values, 0.25),
+                 iqr_s=_iqr(values),
                  min_s=values[0], max_s=values[-1], iterations=len(values))
 
 
