@@ -589,7 +589,7 @@ class Scenario(Section):
     """A scenario file: a topology, exactly one workload section, and what to report."""
 
     name: str | None = Field(None, description="default: the file's name")
-    description: str = ""
+    description: str | None = None
     seed: int = Field(0, ge=0)
     topology: Annotated[TopologyRef, BeforeValidator(
         _named, json_schema_input_type=Union[str, TopologyRef])]

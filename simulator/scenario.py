@@ -205,7 +205,7 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
     section = getattr(model, workload)
     return Scenario(
         name=model.name if model.name is not None else Path(origin).stem,
-        description=model.description, topology=topo_name,
+        description=model.description or "", topology=topo_name,
         topology_params=dict(model.topology.params),
         collective=_collective(section) if workload == "collective" else None,
         training=_training(section, model.seed) if workload == "training" else None,

@@ -91,7 +91,7 @@ class TopologyFile(Section):
     """A topology preset file: a builder and its parameters, with the sources of the numbers."""
 
     name: str
-    description: str = ""
+    description: str | None = None
     builder: one_of(lambda: BUILDERS) = Field(description="star, fat_tree or gpu_cluster")
     params: dict[str, Any] = Field(default_factory=dict,
                                    description="the builder's parameters; unit strings allowed")
@@ -116,7 +116,7 @@ def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
                               "params (see topologies/dgx-a100.yaml)")
     spec = validate(TopologyFile, data, where)
     return PresetSpec(name=spec.name, builder=spec.builder, params=dict(spec.params),
-                      description=spec.description, sources=tuple(spec.sources),
+                      description=spec.description or "", sources=tuple(spec.sources),
                       origin=origin, lines=where.lines,
                       library=spec.library.settings() if spec.library else {})
 
