@@ -246,9 +246,8 @@ def _write_traces(scenario, out) -> list:
     from .report.plots import gantt, link_heatmap
     from .report.trace import write_trace
     from .scenario import simulate_point, trace_points
-    from .topology import load_topology
 
-    graph = load_topology(scenario.topology, scenario.topology_params)
+    graph = scenario.graph()
     written = []
     for point in trace_points(scenario):
         row, engine = simulate_point(scenario, point, graph, record_rates=True)

@@ -86,12 +86,30 @@ class Scenario:
     origin: str = ""
     resolved: dict = field(default_factory=dict, compare=False)
     library: dict | None = None   # name, protocol, launch, nccl_version; None: by topology
+    lines: dict = field(default_factory=dict, compare=False)   # key path -> line in the file
+
+    def graph(self):
+        """The scenario's topology, built; a build error names the file, the line and the
+        ``topology`` key it comes from."""
+        from .errors import ClusterSimError
+        from .topology import load_topology
+
+        try:
+            return load_topology(self.topology, self.topology_params)
+        except ClusterSimError as exc:
+            message = str(exc)
+            named = [k for k in self.topology_params if k in message]
+            path = ("topology", "params", named[0]) if named else ("topology",)
+            line = self.lines.get(path) or self.lines.get(("topology",))
+            where = f"{self.origin}:{line}" if line else self.origin
+            raise type(exc)(f"{where}: {'.'.join(path)}: {message}") from None
 
     @property
     def workload(self) -> str:
         """The name of the scenario's workload section."""
-        return next(k for k in WORKLOADS if self.resolved.get(k) is not None) if self.resolved else \
-            ("training" if self.training is not None else "collective")
+        if self.resolved:
+            return next(k for k in WORKLOADS if self.resolved.get(k) is not None)
+        return "training" if self.training is not None else "collective"
 
 
 def _collective(section: grammar.CollectiveSection) -> CollectiveSweep:
@@ -211,7 +229,7 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
         training=_training(section, model.seed) if workload == "training" else None,
         study=STUDY_PARSERS[workload](section) if workload in STUDY_PARSERS else None,
         seed=model.seed, plots=tuple(model.report.plots), origin=origin, resolved=data,
-        library=_library(model.library))
+        library=_library(model.library), lines=where.lines)
 
 
 def _library(section: grammar.LibrarySection | None) -> dict | None:
@@ -358,9 +376,8 @@ def run_study(scenario: Scenario, progress=None) -> StudyResult:
     """Run a zero, pipeline, hybrid or time_to_train scenario: the table (with the scenario's
     name, seed and package version) and the plots' extras."""
     from . import __version__
-    from .topology import load_topology
 
-    graph = load_topology(scenario.topology, scenario.topology_params)
+    graph = scenario.graph()
     result = STUDY_RUNNERS[scenario.workload](scenario, graph, progress)
     frame = result.frame.assign(scenario=scenario.name, seed=scenario.seed,
                                 clustersim_version=__version__)
@@ -375,10 +392,8 @@ def simulate_point(scenario: Scenario, point: tuple, graph=None, record_rates: b
     compute, and with ``record_rates`` the per-link rate timeline for traces and heatmaps).
     """
     from .collective import default_engine, run_collective
-    from .topology import load_topology
 
-    graph = graph if graph is not None else load_topology(scenario.topology,
-                                                           scenario.topology_params)
+    graph = graph if graph is not None else scenario.graph()
     if scenario.training is not None:
         from .workload.sweep import run_training_point
 
@@ -458,11 +473,10 @@ def trace_points(scenario: Scenario) -> list[tuple]:
 
 def run_scenario(scenario: Scenario, progress=None) -> pd.DataFrame:
     """Run every point of the scenario serially; return the results table."""
-    from .topology import load_topology
 
     if scenario.study is not None:
         return run_study(scenario, progress).frame
-    graph = load_topology(scenario.topology, scenario.topology_params)
+    graph = scenario.graph()
     rows = []
     for point in scenario_points(scenario):
         rows.append(run_point(scenario, point, graph))

@@ -39,9 +39,8 @@ def _run_one(text: str, origin: str, base_dir: str, point: tuple) -> dict:
     key = (scenario.topology, tuple(sorted(scenario.topology_params.items())))
     graph = _GRAPHS.get(key)
     if graph is None:
-        from .topology import load_topology
 
-        graph = _GRAPHS[key] = load_topology(scenario.topology, scenario.topology_params)
+        graph = _GRAPHS[key] = scenario.graph()
     return run_point(scenario, point, graph)
 
 

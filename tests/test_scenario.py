@@ -95,3 +95,19 @@ def test_run_with_trace_writes_valid_trace_heatmap_and_gantt(tmp_path, capsys):
         assert {e["ph"] for e in doc["traceEvents"]} >= {"M", "X", "C"}
     assert len(list(out.glob("heatmap_*.png"))) == 2 and len(list(out.glob("gantt_*.png"))) == 2
     assert oct((out / "results.csv").stat().st_mode & 0o777) != "0o600"
+
+
+@pytest.mark.parametrize("topology, fragment", [
+    ("topology: nowhere", "s.yaml:1: topology: unknown topology"),
+    ("topology: {name: star, params: {hosts: 10000000000}}",
+     "s.yaml:1: topology.params.hosts: builder 'star': topology star with 10,000,000,001 nodes"),
+    ("topology:\n  name: star\n  params: {hosts: 4, link_bandwidth: fast}",
+     "s.yaml:3: topology.params.link_bandwidth:"),
+])
+def test_topology_build_errors_name_the_scenario_file_line_and_key(topology, fragment):
+    from simulator.errors import ClusterSimError
+
+    scenario = read_scenario(topology + "\ncollective: {sizes: 1MiB}\n", "s.yaml")
+    with pytest.raises(ClusterSimError) as err:
+        run_scenario(scenario)
+    assert fragment in str(err.value)

@@ -13,9 +13,9 @@ A preset is a builder call with sourced numbers::
 
 The packaged presets live in the ``topologies`` package (``topologies/<name>.yaml``, shipped as
 package data). :func:`load_topology` takes a preset name, a builder name (its defaults), or a path
-to a YAML file, plus ``--param KEY=VALUE`` overrides. Loading is strict (the typed model :class:`TopologyFile`): unknown or
-duplicate keys, wrong types and unknown parameters raise ConfigError naming the file, the key and
-its line.
+to a YAML file, plus ``--param KEY=VALUE`` overrides. Loading is strict (the typed model
+:class:`TopologyFile`): unknown or duplicate keys, wrong types and unknown parameters raise
+ConfigError naming the file, the key and its line.
 """
 
 from __future__ import annotations
