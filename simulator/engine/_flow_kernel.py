@@ -30,7 +30,8 @@ done by the callers, once per round rather than once per transfer.
 Event heap entries are ``(time, eid, member, kind, code)``: ``eid`` is the creation counter that
 orders SimPy's events of one instant; ``member`` orders the transfers of one delivery batch (the
 engine delivers a batch in one callback, in drain order); ``code`` names the transfer. Flows
-are kept in an indexed heap ordered by (finish, flow id) (:func:`flow_heap`).
+are kept in a queue ordered by (finish, flow id) (:func:`flow_heap`: buckets of one finish
+time).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def static_users(path_of, res_ptr, res_idx, n_res):
 def flow_state(n_conn):
     """``(active, rate, remaining, tlast, finish, version, fid, size, seen, fail, shared,
     bneck, new_rate)`` per connection's flow (``bneck``: a bottleneck resource of each active
-    flow, kept valid by every solve)."""
+    flow, kept valid by every solve; ``version`` is not kept up to date: nothing reads it)."""
     return (np.zeros(n_conn, dtype=np.bool_), np.zeros(n_conn), np.zeros(n_conn),
             np.zeros(n_conn), np.full(n_conn, np.inf), np.zeros(n_conn, dtype=np.int64),
             np.zeros(n_conn, dtype=np.int64), np.zeros(n_conn),
@@ -88,10 +89,12 @@ def flow_state(n_conn):
 
 @njit(cache=True)
 def resource_state(n_res):
-    """``(n_on, carried, seen, dirty, open, load, top, left, cnt)`` per resource."""
+    """``(n_on, carried, seen, dirty, open, load, top, left, cnt, fkey, fpos, fheap)`` per
+    resource (the last three: :func:`fill`'s indexed heap, ``fpos`` -1 outside it)."""
     return (np.zeros(n_res, dtype=np.int64), np.zeros(n_res), np.zeros(n_res, dtype=np.bool_),
             np.zeros(n_res, dtype=np.bool_), np.zeros(n_res, dtype=np.bool_), np.zeros(n_res),
-            np.zeros(n_res), np.zeros(n_res), np.zeros(n_res, dtype=np.int64))
+            np.zeros(n_res), np.zeros(n_res), np.zeros(n_res, dtype=np.int64), np.zeros(n_res),
+            np.full(n_res, -1, dtype=np.int64), np.zeros(n_res, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -185,30 +188,75 @@ def _bottleneck(c, rate, path_of, res_ptr, res_idx, caps, user_ptr, user_idx, f_
     return -1
 
 
-@njit(cache=True)
-def fill(res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res_ptr, res_idx,
-          r_left, r_cnt, f_bneck):
+@njit(cache=True, _nrt=False)
+def _fkey_before(a, b, fkey):
+    return fkey[a] < fkey[b] or (fkey[a] == fkey[b] and a < b)
+
+
+@njit(cache=True, _nrt=False)
+def _fheap_up(k, r, fkey, fpos, fheap):
+    while k > 0:
+        up = (k - 1) >> 1
+        p = fheap[up]
+        if not _fkey_before(r, p, fkey):
+            break
+        fheap[k] = p
+        fpos[p] = k
+        k = up
+    fheap[k] = r
+    fpos[r] = k
+
+
+@njit(cache=True, _nrt=False)
+def _fheap_down(k, r, n, fkey, fpos, fheap):
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and _fkey_before(fheap[child + 1], fheap[child], fkey):
+            child += 1
+        d = fheap[child]
+        if not _fkey_before(d, r, fkey):
+            break
+        fheap[k] = d
+        fpos[d] = k
+        k = child
+    fheap[k] = r
+    fpos[r] = k
+
+
+@njit(cache=True, _nrt=False)
+def fill(res, n_res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res_ptr,
+         res_idx, r_left, r_cnt, f_bneck, fkey, fpos, fheap):
     """Progressive filling (network.max_min_rates) of the ``member`` flows whose ``rate`` is
-    still negative, on resources ``res`` holding ``r_left`` capacity for ``r_cnt`` of them: the
-    resource with the smallest fair share freezes its flows at that share, repeatedly, and is
-    their bottleneck (``f_bneck``). ``clamp`` reads negative leftovers as 0 (a local
-    re-solve). Returns the flows left."""
-    heap = [(0.0, np.int64(0))]
-    heap.pop()
-    for r in res:
+    still negative, on resources ``res[:n_res]`` holding ``r_left`` capacity for ``r_cnt`` of
+    them: the resource with the smallest fair share freezes its flows at that share,
+    repeatedly, and is their bottleneck (``f_bneck``). ``clamp`` reads negative leftovers as 0
+    (a local re-solve). Returns the flows left.
+
+    The engine keeps a heap of ``(share, resource)`` entries, pushes one whenever a share
+    changes (``max(left, 0) / cnt``) and, popping an entry that is no longer the current share,
+    pushes the current one (which, never above the entry, comes out next). The resource it
+    fills is therefore always the one with the smallest ``(last pushed share, resource id)``,
+    filled at its current share: here one entry per resource (``fkey`` the last pushed share,
+    ``fpos`` its place, -1 outside; all left at -1 on return), no stale entries, no runtime."""
+    n = 0
+    for i in range(n_res):
+        r = res[i]
         if r_cnt[r] > 0:
-            left = max(r_left[r], 0.0) if clamp else r_left[r]
-            heap.append((left / r_cnt[r], np.int64(r)))
-    heapq.heapify(heap)
-    while todo > 0 and len(heap) > 0:
-        share, r = heapq.heappop(heap)
+            fkey[r] = (max(r_left[r], 0.0) if clamp else r_left[r]) / r_cnt[r]
+            _fheap_up(n, r, fkey, fpos, fheap)
+            n += 1
+    while todo > 0 and n > 0:
+        r = fheap[0]
+        fpos[r] = -1
+        n -= 1
+        if n > 0:
+            _fheap_down(0, fheap[n], n, fkey, fpos, fheap)
         cnt = r_cnt[r]
         if cnt == 0:
             continue
-        current = (max(r_left[r], 0.0) if clamp else r_left[r]) / cnt
-        if current != share:
-            heapq.heappush(heap, (current, r))
-            continue
+        share = (max(r_left[r], 0.0) if clamp else r_left[r]) / cnt
         for k in range(user_ptr[r], user_ptr[r + 1]):
             c = user_idx[k]
             if not member[c] or rate[c] >= 0.0:
@@ -222,16 +270,26 @@ def fill(res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res_ptr, r
                 r_left[r2] -= share
                 r_cnt[r2] -= 1
                 if r2 != r and r_cnt[r2] > 0:
-                    heapq.heappush(heap, (max(r_left[r2], 0.0) / r_cnt[r2], np.int64(r2)))
+                    fkey[r2] = max(r_left[r2], 0.0) / r_cnt[r2]
+                    k2 = fpos[r2]
+                    if k2 < 0:
+                        _fheap_up(n, r2, fkey, fpos, fheap)
+                        n += 1
+                    elif k2 > 0 and _fkey_before(r2, fheap[(k2 - 1) >> 1], fkey):
+                        _fheap_up(k2, r2, fkey, fpos, fheap)
+                    else:
+                        _fheap_down(k2, r2, n, fkey, fpos, fheap)
         r_cnt[r] = 0
+    for i in range(n):
+        fpos[fheap[i]] = -1
     return todo
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, user_idx,
                  f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, f_seen,
                  f_fail, f_bneck, r_seen, r_open, r_left, r_cnt, r_load, r_top, cand, flows, limit,
-                 work):
+                 work, fkey, fpos, fheap):
     """Re-solve the flows around the dirty resources, growing the region until the result is
     provably the max-min fair allocation; then apply it and return True. Return False (nothing
     changed) once the region would exceed ``limit`` flows: the caller solves the component.
@@ -289,8 +347,8 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
             r_cnt[r] = cnt
         for i in range(n_group):
             cand[group[i]] = -1.0
-        todo = fill(res[:n_res], f_seen, cand, n_group, True, user_ptr, user_idx, path_of,
-                     res_ptr, res_idx, r_left, r_cnt, f_bneck)
+        todo = fill(res, n_res, f_seen, cand, n_group, True, user_ptr, user_idx, path_of,
+                    res_ptr, res_idx, r_left, r_cnt, f_bneck, fkey, fpos, fheap)
         if todo != 0:
             break
         # the max-min condition on the group, and on the outside flows that share its
@@ -357,20 +415,30 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
     return ok
 
 
+@njit(cache=True, _nrt=False)
+def arm_due(flows, now, ic, fc):
+    """FlowNetwork._arm without the event push: True when a new wake-up is due, for
+    ``fc[_T_WAKE]`` (its event ``(now + max(0, t - now), ic[_EID], 0, WAKE, ic[_WAKE_GEN])``
+    is for the caller to push: see :func:`arm`)."""
+    if flows[11][_M_NB] == 0:
+        fc[_T_WAKE] = np.inf
+        return False
+    t = flow_heap_first(flows)
+    if t == fc[_T_WAKE]:
+        return False
+    ic[_EID] += 1
+    ic[_WAKE_GEN] += 1
+    fc[_T_WAKE] = t
+    return True
+
+
 @njit(cache=True)
 def arm(flows, f_finish, events, now, ic, fc):
     """FlowNetwork._arm: one pending wake-up, for the earliest completion."""
-    if flows[2][0] == 0:
-        fc[_T_WAKE] = np.inf
-        return
-    t = f_finish[flows[0][0]]
-    if t == fc[_T_WAKE]:
-        return
-    ic[_EID] += 1
-    ic[_WAKE_GEN] += 1
-    heapq.heappush(events, (now + max(0.0, t - now), ic[_EID], np.int64(0), np.int64(WAKE),
-                            ic[_WAKE_GEN]))
-    fc[_T_WAKE] = t
+    if arm_due(flows, now, ic, fc):
+        t = fc[_T_WAKE]
+        heapq.heappush(events, (now + max(0.0, t - now), ic[_EID], np.int64(0),
+                                np.int64(WAKE), ic[_WAKE_GEN]))
 
 
 @njit(cache=True, _nrt=False)
@@ -450,96 +518,311 @@ def _alone_rate(c, pid, res_ptr, res_idx, caps, n_on, f_bneck):
 @njit(cache=True, _nrt=False)
 def _set_rate(c, rate, now, f_rate, f_remaining, f_finish, f_version, f_fid, flows):
     f_rate[c] = rate
-    f_version[c] += 1
     f_finish[c] = now + f_remaining[c] / rate
     flow_heap_set(c, flows, f_finish, f_fid)
 
 
-# -- the completion heap ----------------------------------------------------------------------
-# An indexed binary heap of the active flows (by connection), ordered by (finish time, flow
-# id): ``flows = (heap, pos, size)`` with ``heap[:size[0]]`` the connections, ``pos[c]`` the
-# place of ``c`` (-1: not in it). The engine keeps a heap of (finish, fid, version) entries and
-# skips stale ones; a flow has one valid entry there, so both hand out the flows in the same
-# order, but here a new rate moves the flow's one entry and nothing goes stale.
+# -- the completion queue ---------------------------------------------------------------------
+# The active flows ordered by (finish time, flow id), as the engine's heap of (finish, fid,
+# version) entries hands them out. Flows of a pipelined collective finish in bulk: at 16,384
+# ranks of a double binary tree ~34 flows share each finish instant (equal rates, equal
+# segments), so the flows are kept in *buckets of one finish time* (a doubly linked list per
+# bucket, sorted by flow id when the bucket is taken) and only the buckets are ordered, in an
+# indexed binary heap ~34x smaller than one of the flows; a hash table (open addressing on the
+# bits of the time, linear probing, backward-shift deletion) finds the bucket of a time. A
+# new rate moves the flow between buckets in O(1); a drain takes whole buckets.
+#
+# ``flows = (b_of, nxt, prv, bt, bhead, btail, bcnt, bpos, bheap, bfree, table, meta, fbits,
+# ibits, skey, sval)``: per flow its bucket (-1: none) and list neighbours; per bucket its time, list ends,
+# size and heap place; the bucket heap, the stack of free bucket ids, the hash table of bucket
+# ids (-1: empty), ``meta = [buckets in the heap, free ids, last bucket used, hash mask]`` and a
+# one-float scratch with its int64 view (the bits of a time, for hashing), and scratch for
+# sorting a large bucket by flow id.
 
-@njit(cache=True, _nrt=False)
-def _before(a, b, f_finish, f_fid):
-    """Whether flow ``a`` completes before ``b`` (ties: the older flow first)."""
-    ta = f_finish[a]
-    tb = f_finish[b]
-    return ta < tb or (ta == tb and f_fid[a] < f_fid[b])
-
-
-@njit(cache=True, _nrt=False)
-def _sift_up(k, c, heap, pos, f_finish, f_fid):
-    while k > 0:
-        up = (k - 1) >> 1
-        p = heap[up]
-        if not _before(c, p, f_finish, f_fid):
-            break
-        heap[k] = p
-        pos[p] = k
-        k = up
-    heap[k] = c
-    pos[c] = k
-
-
-@njit(cache=True, _nrt=False)
-def _sift_down(k, c, n, heap, pos, f_finish, f_fid):
-    while True:
-        child = 2 * k + 1
-        if child >= n:
-            break
-        if child + 1 < n and _before(heap[child + 1], heap[child], f_finish, f_fid):
-            child += 1
-        d = heap[child]
-        if not _before(d, c, f_finish, f_fid):
-            break
-        heap[k] = d
-        pos[d] = k
-        k = child
-    heap[k] = c
-    pos[c] = k
+_M_NB, _M_NFREE, _M_LAST, _M_MASK = 0, 1, 2, 3
 
 
 @njit(cache=True)
 def flow_heap(n_conn):
-    """An empty completion heap for ``n_conn`` connections."""
+    """An empty completion queue for ``n_conn`` connections."""
     n = max(n_conn, 1)
-    return (np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-            np.zeros(1, dtype=np.int64))
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    fbits = np.zeros(1)
+    bfree = np.arange(n - 1, -1, -1).astype(np.int64)
+    meta = np.array([0, n, -1, size - 1], dtype=np.int64)
+    return (np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+            np.full(n, -1, dtype=np.int64), np.zeros(n), np.full(n, -1, dtype=np.int64),
+            np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
+            np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), bfree,
+            np.full(size, -1, dtype=np.int64), meta, fbits, fbits.view(np.int64),
+            np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
+
+
+@njit(cache=True, _nrt=False)
+def _slot(t, fbits, ibits, mask):
+    """The home slot of time ``t`` in the hash table."""
+    fbits[0] = t
+    x = ibits[0]
+    x ^= x >> 31
+    x *= -7046029254386353131          # 0x9E3779B97F4A7C15 (wraps)
+    return (x >> 29) & mask
+
+
+@njit(cache=True, _nrt=False)
+def _bheap_up(k, b, bheap, bpos, bt):
+    while k > 0:
+        up = (k - 1) >> 1
+        p = bheap[up]
+        if not bt[b] < bt[p]:
+            break
+        bheap[k] = p
+        bpos[p] = k
+        k = up
+    bheap[k] = b
+    bpos[b] = k
+
+
+@njit(cache=True, _nrt=False)
+def _bheap_down(k, b, n, bheap, bpos, bt):
+    while True:
+        child = 2 * k + 1
+        if child >= n:
+            break
+        if child + 1 < n and bt[bheap[child + 1]] < bt[bheap[child]]:
+            child += 1
+        d = bheap[child]
+        if not bt[d] < bt[b]:
+            break
+        bheap[k] = d
+        pos_d = k
+        bpos[d] = pos_d
+        k = child
+    bheap[k] = b
+    bpos[b] = k
+
+
+@njit(cache=True, _nrt=False)
+def _bucket_free(b, flows):
+    """Bucket ``b`` (empty, or emptied by the caller) leaves the hash table and the heap."""
+    (_b_of, _nxt, _prv, bt, bhead, btail, bcnt, bpos, bheap, bfree, table, meta, fbits,
+     ibits, _skey, _sval) = flows
+    mask = meta[_M_MASK]
+    i = _slot(bt[b], fbits, ibits, mask)
+    while table[i] != b:
+        i = (i + 1) & mask
+    j = i
+    while True:                        # backward-shift deletion
+        j = (j + 1) & mask
+        e = table[j]
+        if e < 0:
+            break
+        k = _slot(bt[e], fbits, ibits, mask)
+        if (i <= j and i < k <= j) or (i > j and (k <= j or k > i)):
+            continue                   # ``e`` sits between its home and the hole: stays
+        table[i] = e
+        i = j
+    table[i] = -1
+    n = meta[_M_NB] - 1
+    meta[_M_NB] = n
+    k = bpos[b]
+    if k < n:
+        last = bheap[n]
+        if k > 0 and bt[last] < bt[bheap[(k - 1) >> 1]]:
+            _bheap_up(k, last, bheap, bpos, bt)
+        else:
+            _bheap_down(k, last, n, bheap, bpos, bt)
+    bhead[b] = -1
+    btail[b] = -1
+    bcnt[b] = 0
+    bfree[meta[_M_NFREE]] = b
+    meta[_M_NFREE] += 1
+    if meta[_M_LAST] == b:
+        meta[_M_LAST] = -1
+
+
+@njit(cache=True, _nrt=False)
+def _bucket_of(t, flows):
+    """The bucket of finish time ``t``, opened if there is none."""
+    (_b_of, _nxt, _prv, bt, bhead, btail, bcnt, bpos, bheap, bfree, table, meta, fbits,
+     ibits, _skey, _sval) = flows
+    last = meta[_M_LAST]
+    if last >= 0 and bt[last] == t:
+        return last
+    mask = meta[_M_MASK]
+    i = _slot(t, fbits, ibits, mask)
+    while True:
+        e = table[i]
+        if e < 0:
+            break
+        if bt[e] == t:
+            meta[_M_LAST] = e
+            return e
+        i = (i + 1) & mask
+    meta[_M_NFREE] -= 1
+    b = bfree[meta[_M_NFREE]]
+    table[i] = b
+    bt[b] = t
+    bhead[b] = -1
+    btail[b] = -1
+    bcnt[b] = 0
+    meta[_M_NB] += 1
+    _bheap_up(meta[_M_NB] - 1, b, bheap, bpos, bt)
+    meta[_M_LAST] = b
+    return b
+
+
+@njit(cache=True, _nrt=False)
+def _unlink(c, flows):
+    """Flow ``c`` leaves its bucket (freed when it empties)."""
+    b_of, nxt, prv, bhead, btail, bcnt = (flows[0], flows[1], flows[2], flows[4], flows[5],
+                                          flows[6])
+    b = b_of[c]
+    p = prv[c]
+    x = nxt[c]
+    if p >= 0:
+        nxt[p] = x
+    else:
+        bhead[b] = x
+    if x >= 0:
+        prv[x] = p
+    else:
+        btail[b] = p
+    b_of[c] = -1
+    bcnt[b] -= 1
+    if bcnt[b] == 0:
+        _bucket_free(b, flows)
 
 
 @njit(cache=True, _nrt=False)
 def flow_heap_set(c, flows, f_finish, f_fid):
     """Insert flow ``c``, or move it after its finish time changed."""
-    heap, pos, size = flows
-    k = pos[c]
-    if k < 0:
-        size[0] += 1
-        _sift_up(size[0] - 1, c, heap, pos, f_finish, f_fid)
-    elif k > 0 and _before(c, heap[(k - 1) >> 1], f_finish, f_fid):
-        _sift_up(k, c, heap, pos, f_finish, f_fid)
+    b_of, nxt, prv, bt, btail, bcnt = (flows[0], flows[1], flows[2], flows[3], flows[5],
+                                       flows[6])
+    t = f_finish[c]
+    if t == 0.0:
+        t = 0.0                        # one bucket for -0.0 and 0.0 (their bits differ)
+    b = b_of[c]
+    if b >= 0:
+        if bt[b] == t:
+            return
+        _unlink(c, flows)
+    b = _bucket_of(t, flows)
+    tail = btail[b]
+    prv[c] = tail
+    nxt[c] = -1
+    if tail >= 0:
+        nxt[tail] = c
     else:
-        _sift_down(k, c, size[0], heap, pos, f_finish, f_fid)
+        flows[4][b] = c
+    btail[b] = c
+    bcnt[b] += 1
+    b_of[c] = b
 
 
 @njit(cache=True, _nrt=False)
-def flow_heap_pop(flows, f_finish, f_fid):
-    """Remove and return the flow that completes first."""
-    heap, pos, size = flows
-    c = heap[0]
-    pos[c] = -1
-    n = size[0] - 1
-    size[0] = n
-    if n > 0:
-        _sift_down(0, heap[n], n, heap, pos, f_finish, f_fid)
-    return c
+def flow_heap_first(flows):
+    """The earliest finish time of a queued flow (inf: none)."""
+    if flows[11][_M_NB] == 0:
+        return np.inf
+    return flows[3][flows[8][0]]
+
+
+@njit(cache=True, _nrt=False)
+def _heapsort_pairs(key, val, m):
+    """Sort ``key[:m]`` ascending, ``val[:m]`` along (heapsort: no allocation)."""
+    for start in range(m // 2 - 1, -1, -1):
+        _sift_pairs(key, val, start, m)
+    for end in range(m - 1, 0, -1):
+        k = key[0]
+        v = val[0]
+        key[0] = key[end]
+        val[0] = val[end]
+        key[end] = k
+        val[end] = v
+        _sift_pairs(key, val, 0, end)
+
+
+@njit(cache=True, _nrt=False)
+def _sift_pairs(key, val, i, n):
+    k = key[i]
+    v = val[i]
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and key[child + 1] > key[child]:
+            child += 1
+        if key[child] <= k:
+            break
+        key[i] = key[child]
+        val[i] = val[child]
+        i = child
+    key[i] = k
+    val[i] = v
+
+
+@njit(cache=True, _nrt=False)
+def flow_heap_take(flows, f_fid, out, n_out):
+    """Remove the flows of the earliest finish time, appending them to ``out`` in flow-id
+    order (the engine's order for equal finish times). Returns the new length of ``out``.
+
+    Lists fill mostly in id order (insertion sort, short moves), but a bucket filled by a
+    component re-solve (thousands of flows at 16,384 ranks, in the solve's order) is sorted
+    by a heapsort on scratch copies of the ids: insertion there cost ~45 M moves at 16,384
+    ranks and grew quadratically with the rank count."""
+    b_of, nxt, bhead, bheap, skey, sval = (flows[0], flows[1], flows[4], flows[8], flows[14],
+                                           flows[15])
+    b = bheap[0]
+    first = n_out
+    c = bhead[b]
+    in_order = True
+    last = -1
+    while c >= 0:
+        b_of[c] = -1
+        out[n_out] = c
+        n_out += 1
+        fid = f_fid[c]
+        if fid < last:
+            in_order = False
+        last = fid
+        c = nxt[c]
+    m = n_out - first
+    if not in_order:
+        if m <= 32:
+            for i in range(first + 1, n_out):
+                c = out[i]
+                fid = f_fid[c]
+                k = i
+                while k > first and f_fid[out[k - 1]] > fid:
+                    out[k] = out[k - 1]
+                    k -= 1
+                out[k] = c
+        else:
+            for i in range(m):
+                c = out[first + i]
+                skey[i] = f_fid[c]
+                sval[i] = c
+            _heapsort_pairs(skey, sval, m)
+            for i in range(m):
+                out[first + i] = sval[i]
+    _bucket_free(b, flows)
+    return n_out
 
 
 @njit(cache=True)
 def solve(now, net, fl, rs, inst, ic, fc, flows, events):
-    """FlowNetwork._solve: the coalesced re-solve of one instant, then re-arm the wake-up.
+    """FlowNetwork._solve: the coalesced re-solve of one instant (:func:`solve_rates`), then
+    re-arm the wake-up."""
+    solve_rates(now, net, fl, rs, inst, ic, flows)
+    arm(flows, fl[4], events, now, ic, fc)
+
+
+@njit(cache=True, _nrt=False)
+def solve_rates(now, net, fl, rs, inst, ic, flows):
+    """FlowNetwork._solve without the wake-up (the caller re-arms it: :func:`arm`); without
+    numba's runtime, so a call counts no references of the ~40 arrays it receives.
 
     _match first: a flow that starts where one drained on the same path takes over its rate
     (the multiset of active paths is unchanged), a flow alone on its resources gets its
@@ -550,7 +833,8 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
                                                            net[4], net[5])
     (f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, _f_size, f_seen,
      f_fail, f_shared, f_bneck, new_rate) = fl
-    n_on, _carried, r_seen, r_dirty, r_open, r_load, r_top, r_left, r_cnt = rs
+    (n_on, _carried, r_seen, r_dirty, r_open, r_load, r_top, r_left, r_cnt, fkey, fpos,
+     fheap) = rs
     (dep_count, dep_rate, dep_bneck, dep_touched, dep_list, arrived, dirty, _done, comp_res,
      comp_flows, work) = inst
     ic[_SOLVES] += 1
@@ -594,7 +878,7 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
             dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, user_idx,
             f_active, f_rate, f_remaining, f_tlast, f_finish, f_version, f_fid, f_seen,
             f_fail, f_bneck, r_seen, r_open, r_left, r_cnt, r_load, r_top, new_rate, flows,
-            ic[_LOCAL_LIMIT], work):
+            ic[_LOCAL_LIMIT], work, fkey, fpos, fheap):
         for i in range(n_dirty):
             r_dirty[dirty[i]] = False
         n_dirty = 0
@@ -644,8 +928,8 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
                     pid = path_of[c]
                     for k in range(res_ptr[pid], res_ptr[pid + 1]):
                         r_cnt[res_idx[k]] += 1
-            fill(comp_res[:n_comp_res], f_shared, new_rate, n_shared, False, user_ptr,
-                 user_idx, path_of, res_ptr, res_idx, r_left, r_cnt, f_bneck)
+            fill(comp_res, n_comp_res, f_shared, new_rate, n_shared, False, user_ptr,
+                 user_idx, path_of, res_ptr, res_idx, r_left, r_cnt, f_bneck, fkey, fpos, fheap)
         # (heap entries order by finish time, then flow id: the push order does not matter)
         for i in range(n_comp_flows):
             c = comp_flows[i]
@@ -656,7 +940,6 @@ def solve(now, net, fl, rs, inst, ic, fc, flows, events):
             f_shared[c] = False
     for i in range(n_comp_res):
         r_seen[comp_res[i]] = False
-    arm(flows, f_finish, events, now, ic, fc)
 
 
 @njit(cache=True)
@@ -664,21 +947,26 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
     """FlowNetwork._wake: the flows that drained by ``now`` (within the engine's tolerance)
     leave their resources. Returns how many (they are in ``inst[7]``, in drain order) and
     whether a solve is due; without one the wake-up is re-armed here."""
+    n_done, due = drain_flows(now, net, fl, rs, inst, ic, fc, flows)
+    if not due:
+        arm(flows, fl[4], events, now, ic, fc)
+    return n_done, due
+
+
+@njit(cache=True, _nrt=False)
+def drain_flows(now, net, fl, rs, inst, ic, fc, flows):
+    """:func:`drain` without re-arming the wake-up (due, for the caller, where no solve is)."""
     path_of, res_ptr, res_idx = net[0], net[1], net[2]
-    f_active, f_rate, f_remaining, f_finish, f_version, f_fid, f_size, f_bneck = (
-        fl[0], fl[1], fl[2], fl[4], fl[5], fl[6], fl[7], fl[11])
+    f_active, f_rate, f_remaining, f_fid, f_size, f_bneck = (fl[0], fl[1], fl[2], fl[6],
+                                                              fl[7], fl[11])
     n_on, carried = rs[0], rs[1]
     dep_count, dep_rate, dep_bneck, dep_touched, dep_list, done = (inst[0], inst[1], inst[2],
                                                                    inst[3], inst[4], inst[7])
     fc[_T_WAKE] = np.inf
     limit = now + _EPS * max(1.0, abs(now))
     n_done = 0
-    heap, size = flows[0], flows[2]
-    while size[0] > 0 and f_finish[heap[0]] <= limit:
-        c = flow_heap_pop(flows, f_finish, f_fid)
-        f_version[c] += 1
-        done[n_done] = c
-        n_done += 1
+    while flow_heap_first(flows) <= limit:
+        n_done = flow_heap_take(flows, f_fid, done, n_done)
     for i in range(n_done):
         c = done[i]
         pid = path_of[c]
@@ -696,10 +984,7 @@ def drain(now, net, fl, rs, inst, ic, fc, flows, events):
             r = res_idx[k]
             n_on[r] -= 1
             carried[r] += f_size[c]
-    if n_done > 0 or ic[_N_DIRTY] > 0:
-        return n_done, True
-    arm(flows, f_finish, events, now, ic, fc)
-    return n_done, False
+    return n_done, n_done > 0 or ic[_N_DIRTY] > 0
 
 
 @njit(cache=True)
@@ -736,15 +1021,8 @@ def deliver_into(code, lat, now, events, batches, ic, fc, codes, counts):
         return
     t = now + lat
     if ic[_ONE_LATENCY]:
-        if t != fc[_T_BATCH]:
-            ic[_EID] += 1
-            fc[_T_BATCH] = t
-            counts[ic[_B_TAIL] % counts.shape[0]] = 0
-            heapq.heappush(events, (t, ic[_EID], np.int64(0), np.int64(BATCH), ic[_B_TAIL]))
-            ic[_B_TAIL] += 1
-        codes[ic[_Q_TAIL] % codes.shape[0]] = code
-        ic[_Q_TAIL] += 1
-        counts[(ic[_B_TAIL] - 1) % counts.shape[0]] += 1
+        if _queue_delivery(code, t, ic, fc, codes, counts):
+            heapq.heappush(events, (t, ic[_EID], np.int64(0), np.int64(BATCH), ic[_B_TAIL] - 1))
         return
     if t in batches:
         b_eid, n_mem = batches[t]
@@ -756,6 +1034,26 @@ def deliver_into(code, lat, now, events, batches, ic, fc, codes, counts):
     heapq.heappush(events, (t, b_eid, n_mem, np.int64(DELIVER), code))
 
 
+@njit(cache=True, _nrt=False)
+def _queue_delivery(code, t, ic, fc, codes, counts):
+    """The delivery queue's part of :func:`deliver_into` (one path latency, ``t`` the
+    delivery instant): ``code`` joins the batch of ``t``, opened here if it is not the last one.
+    Returns whether it opened one: the caller then pushes its ``BATCH`` event
+    ``(t, ic[_EID], 0, BATCH, ic[_B_TAIL] - 1)`` (no other event is created in between, so the
+    event id is the one the engine gives it). Without the runtime: no reference counts per call."""
+    opened = False
+    if t != fc[_T_BATCH]:
+        ic[_EID] += 1
+        fc[_T_BATCH] = t
+        counts[ic[_B_TAIL] % counts.shape[0]] = 0
+        ic[_B_TAIL] += 1
+        opened = True
+    codes[ic[_Q_TAIL] % codes.shape[0]] = code
+    ic[_Q_TAIL] += 1
+    counts[(ic[_B_TAIL] - 1) % counts.shape[0]] += 1
+    return opened
+
+
 @njit(cache=True)
 def make_room(n, ic, codes, counts):
     """The delivery queue ``(codes, counts)`` with room for ``n`` more deliveries (each may
@@ -764,7 +1062,7 @@ def make_room(n, ic, codes, counts):
             _grown(counts, ic[_B_HEAD], ic[_B_TAIL], n))
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def open_batch(now, ic, fc, counts):
     """A ``BATCH`` event: close the batch of this instant and return ``(first, count)`` of its
     members (queue counters; member ``k`` is ``codes[(first + k) % codes.size]``). The caller
@@ -776,7 +1074,7 @@ def open_batch(now, ic, fc, counts):
     return ic[_Q_HEAD], n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def close_batch(ic, n):
     ic[_Q_HEAD] += n
 
@@ -831,8 +1129,15 @@ def wake_up(now, net, fl, rs, inst, ic, fc, flows, events, batches, codes, count
     for k in range(n_done):
         c = done[k]
         busy[c] = False
-        deliver_into(on_wire[c], latency[path_of[c]], now, events, batches, ic, fc, codes,
-                     counts)
+        lat = latency[path_of[c]]
+        if ic[_ONE_LATENCY] and lat > 0:
+            # deliver_into's common case, its per-flow part without the runtime
+            t = now + lat
+            if _queue_delivery(on_wire[c], t, ic, fc, codes, counts):
+                heapq.heappush(events, (t, ic[_EID], np.int64(0), np.int64(BATCH),
+                                        ic[_B_TAIL] - 1))
+        else:
+            deliver_into(on_wire[c], lat, now, events, batches, ic, fc, codes, counts)
         pending[n_pending] = c
         n_pending += 1
     return due, n_pending, codes, counts

@@ -15,10 +15,12 @@ import heapq
 import numpy as np
 from numba import njit
 
-from ._flow_kernel import (BATCH, DELIVER, WAKE, ZERO, _SOLVES, _WAKE_GEN, close_batch,
-                           delivering, flow_state, instant_state, open_batch, push_zero,
-                           queue_reduce, released, resource_state, scalars, solve, start_flow,
-                           static_users, wake_up)
+from ._flow_kernel import (_B_HEAD, _B_TAIL, _EID, _ONE_LATENCY, _Q_HEAD, _Q_TAIL, _T_WAKE,
+                           BATCH, DELIVER, WAKE, ZERO, _SOLVES, _WAKE_GEN, _queue_delivery,
+                           arm_due, close_batch, deliver_into, delivering, drain_flows,
+                           flow_state, instant_state, make_room, open_batch, push_zero,
+                           queue_reduce, released, resource_state, scalars, solve_rates,
+                           start_flow, static_users)
 
 
 @njit(cache=True, _nrt=False)
@@ -127,8 +129,12 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     for c in range(n_conn):
         if conn_kind[c] == 0:
             has_up = True
-    tree = (conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx, up_conn,
-            down_conn, has_up)
+    busy = np.zeros(n_conn, dtype=np.bool_)
+    next_seg = np.zeros(n_conn, dtype=np.int64)
+    done_cnt = np.zeros(n_conn, dtype=np.int64)
+    on_wire = np.zeros(n_conn, dtype=np.int64)
+    tree = (conn_tree, conn_child, conn_kind, parent, roots, child_ptr, child_idx, up_conn, down_conn,
+            has_up)
     max_fanout = 1
     for t in range(child_ptr.shape[0]):
         for r in range(child_ptr.shape[1] - 1):
@@ -139,10 +145,6 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     rs = resource_state(n_res)
     inst = instant_state(n_conn, n_res, n_paths)
     ic, fc, events, flows, batches, codes, counts = scalars(path_of, latency, n_conn)
-    busy = np.zeros(n_conn, dtype=np.bool_)
-    next_seg = np.zeros(n_conn, dtype=np.int64)
-    done_cnt = np.zeros(n_conn, dtype=np.int64)
-    on_wire = np.zeros(n_conn, dtype=np.int64)
     dev_free = np.zeros(n_devices)
     dev_busy_s = np.zeros(n_devices)
     # try_start worklist: one event adds at most a connection per drained flow, or the
@@ -151,6 +153,13 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
     zero = np.empty(pending.shape[0], dtype=np.int64)   # transfers of no bytes, per round
     n_pending = n_conn
     pending[:n_conn] = start_order
+    done = inst[7]
+    one_latency = ic[_ONE_LATENCY] != 0
+    lat0 = latency[path_of[0]] if n_conn > 0 else 0.0
+    reduces = False                     # any receiver that charges reductions
+    for r in range(rank_rate.shape[0]):
+        if rank_rate[r] != np.inf:
+            reduces = True
     now = 0.0
     solve_pending = False
     last_done = 0.0
@@ -159,11 +168,16 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
         started, n_zero = _try_starts(pending, n_pending, now, busy, next_seg, on_wire,
                                       seg_bytes, done_cnt, tree, net, fl, rs, inst, ic, zero)
         solve_pending |= started
-        push_zero(zero, n_zero, now, ic, events)
+        if n_zero > 0:
+            push_zero(zero, n_zero, now, ic, events)
         n_pending = 0
         if solve_pending and not (len(events) > 0 and events[0][0] <= now):
+            # _flow_kernel.solve, its runtime-free part called here (no reference counts)
             solve_pending = False
-            solve(now, net, fl, rs, inst, ic, fc, flows, events)
+            solve_rates(now, net, fl, rs, inst, ic, flows)
+            if arm_due(flows, now, ic, fc):
+                heapq.heappush(events, (now + max(0.0, fc[_T_WAKE] - now), ic[_EID],
+                                        np.int64(0), np.int64(WAKE), ic[_WAKE_GEN]))
             continue
         if len(events) == 0:
             break
@@ -172,9 +186,28 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
         if kind == WAKE:
             if code != ic[_WAKE_GEN]:      # stale: a later wake-up superseded it
                 continue
-            due, n_pending, codes, counts = wake_up(now, net, fl, rs, inst, ic, fc, flows,
-                                                    events, batches, codes, counts, busy,
-                                                    on_wire, pending, n_pending)
+            # _flow_kernel.wake_up inline: its helpers without the runtime, the event pushes
+            # and the delivery queue's growth (rare) here
+            n_done, due = drain_flows(now, net, fl, rs, inst, ic, fc, flows)
+            if not due and arm_due(flows, now, ic, fc):
+                heapq.heappush(events, (now + max(0.0, fc[_T_WAKE] - now), ic[_EID],
+                                        np.int64(0), np.int64(WAKE), ic[_WAKE_GEN]))
+            if (ic[_Q_TAIL] - ic[_Q_HEAD] + n_done > codes.shape[0]
+                    or ic[_B_TAIL] - ic[_B_HEAD] + n_done > counts.shape[0]):
+                codes, counts = make_room(n_done, ic, codes, counts)
+            for k in range(n_done):
+                c = done[k]
+                busy[c] = False
+                lat = lat0 if one_latency else latency[path_of[c]]
+                if one_latency and lat > 0:
+                    t = now + lat
+                    if _queue_delivery(on_wire[c], t, ic, fc, codes, counts):
+                        heapq.heappush(events, (t, ic[_EID], np.int64(0), np.int64(BATCH),
+                                                ic[_B_TAIL] - 1))
+                else:
+                    deliver_into(on_wire[c], lat, now, events, batches, ic, fc, codes, counts)
+                pending[n_pending] = c
+                n_pending += 1
             solve_pending |= due
             continue
         if kind == ZERO:
@@ -187,22 +220,28 @@ def simulate_tree_pipeline(conn_tree, conn_child, conn_kind, path_of, res_ptr, r
             first, n_members = open_batch(now, ic, fc, counts)
             for k in range(n_members):
                 code = codes[(first + k) % codes.shape[0]]
-                dur, dev = _reduction(code, seg_bytes, tree, rank_device, rank_rate)
-                if not queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
+                dur, dev = 0.0, 0
+                if reduces:
+                    dur, dev = _reduction(code, seg_bytes, tree, rank_device, rank_rate)
+                # (runtime calls only where there is an event to push: a helper compiled with
+                # numba's runtime counts references of its arguments on every call)
+                if not (dur > 0 and queue_reduce(dur, dev, now, dev_free, dev_busy_s, events,
+                                                 ic, code)):
                     n_pending = _complete(code // n_seg, pending, 0, done_cnt, tree)
                     last_done = now
                     started, n_zero = _try_starts(pending, n_pending, now, busy, next_seg,
                                                   on_wire, seg_bytes, done_cnt, tree, net, fl,
                                                   rs, inst, ic, zero)
                     solve_pending |= started
-                    push_zero(zero, n_zero, now, ic, events)
+                    if n_zero > 0:
+                        push_zero(zero, n_zero, now, ic, events)
                     n_pending = 0
             close_batch(ic, n_members)
             continue
         if kind == DELIVER:
             delivering(member, e_ev, now, batches)
             dur, dev = _reduction(code, seg_bytes, tree, rank_device, rank_rate)
-            if queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
+            if dur > 0 and queue_reduce(dur, dev, now, dev_free, dev_busy_s, events, ic, code):
                 continue
         # runner.complete (DELIVER without compute, or COMPUTE)
         n_pending = _complete(code // n_seg, pending, n_pending, done_cnt, tree)
