@@ -35,22 +35,37 @@ from .common import (FastResult, _reduce_totals, drop_stale_kernel_caches, numba
 METHOD = "compiled-events"
 
 
-def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
-                  reduce_compute: bool = True):
-    """Time ``schedule`` (rank ``r`` on ``placement[r]``) with the compiled event simulation.
+#: The last few schedules' structure (:func:`_structure`), most recently used last: a training
+#: iteration times one all-reduce per gradient bucket, on the same ranks with the same
+#: transfers where only the chunk sizes differ; their dependency graph (~0.3-0.5 s at 280,000
+#: transfers) is derived once. At most ``_STRUCTURES_KEPT`` entries of ``_STRUCTURES_BYTES``
+#: in all (a larger schedule's structure is not kept).
+_STRUCTURES: list = []
+_STRUCTURES_KEPT = 2
+_STRUCTURES_BYTES = 256 * 2 ** 20
+#: The columns a schedule's dependencies, epochs and FIFO connections are derived from.
+STRUCTURE_COLUMNS = ("src", "dst", "src_chunk", "dst_chunk", "nchunks", "reduce", "sync",
+                     "channel")
 
-    Returns a :class:`~simulator.engine.fast.FastResult` with ``method="compiled-events"``;
-    not applicable (with the reason) when numba is missing.
-    """
+
+def _structure(schedule: Schedule) -> tuple:
+    """What the kernel needs of ``schedule`` besides its bytes: ``(waits, dep_ptr, dep_owner,
+    epoch, epoch_size, conn_of, heads, members, conn_ptr)``.
+
+    It depends only on :data:`STRUCTURE_COLUMNS`, the chunk count and the rank count (not on
+    chunk sizes), so it is remembered for the last few schedules (``_STRUCTURES``) and reused
+    when a schedule's columns equal one of theirs element for element (kept as copies, so a
+    caller changing its arrays afterwards cannot alias an entry). The kernel only reads
+    these arrays (it copies those it counts down)."""
     from .runner import _connections
 
-    if not numba_available():
-        return FastResult(math.nan, False, "numba is not installed (pip install "
-                          "'clustersim[fast]')", METHOD)
+    shape = (len(schedule), len(schedule.chunk_bytes), schedule.total_ranks)
+    for k, (key, columns, derived, _size) in enumerate(_STRUCTURES):
+        if key == shape and all(np.array_equal(getattr(schedule, name), col)
+                                for name, col in zip(STRUCTURE_COLUMNS, columns)):
+            _STRUCTURES.append(_STRUCTURES.pop(k))      # most recently used last
+            return derived
     n = len(schedule)
-    nodes = list(placement)[:schedule.total_ranks]
-    if n == 0:
-        return FastResult(0.0, True, "", METHOD)
     # dependencies, reversed: who waits for whom (as runner._Prepared)
     indptr, indices = dependencies(schedule)
     waits = np.diff(indptr).astype(np.int64)
@@ -65,6 +80,34 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     members = np.argsort(conn_of, kind="stable").astype(np.int64)
     conn_ptr = np.zeros(len(heads) + 1, dtype=np.int64)
     np.cumsum(np.bincount(conn_of, minlength=len(heads)), out=conn_ptr[1:])
+    derived = (waits, dep_ptr, dep_owner, epoch, epoch_size, conn_of.astype(np.int64), heads,
+               members, conn_ptr)
+    columns = tuple(getattr(schedule, name) for name in STRUCTURE_COLUMNS)
+    size = sum(a.nbytes for a in columns + derived)
+    if size <= _STRUCTURES_BYTES:
+        _STRUCTURES.append((shape, tuple(np.array(a) for a in columns), derived, size))
+        while (len(_STRUCTURES) > _STRUCTURES_KEPT
+               or sum(entry[3] for entry in _STRUCTURES) > _STRUCTURES_BYTES):
+            _STRUCTURES.pop(0)
+    return derived
+
+
+def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
+                  reduce_compute: bool = True):
+    """Time ``schedule`` (rank ``r`` on ``placement[r]``) with the compiled event simulation.
+
+    Returns a :class:`~simulator.engine.fast.FastResult` with ``method="compiled-events"``;
+    not applicable (with the reason) when numba is missing.
+    """
+    if not numba_available():
+        return FastResult(math.nan, False, "numba is not installed (pip install "
+                          "'clustersim[fast]')", METHOD)
+    n = len(schedule)
+    nodes = list(placement)[:schedule.total_ranks]
+    if n == 0:
+        return FastResult(0.0, True, "", METHOD)
+    waits, dep_ptr, dep_owner, epoch, epoch_size, conn_of, heads, members, conn_ptr = \
+        _structure(schedule)
     # routes of the connections; device and reduction rate of every rank
     paths, path_of, res_ptr, res_idx, latency, devices, rank_device, rate = placed(
         graph, nodes, schedule.src[heads], schedule.dst[heads], reduce_compute)
@@ -76,7 +119,7 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     from ._schedule_kernel import simulate_schedule
 
     time_s, carried, _dev_s, solves, _t_done = simulate_schedule(
-        conn_ptr, members, conn_of.astype(np.int64), path_of, res_ptr, res_idx, latency,
+        conn_ptr, members, conn_of, path_of, res_ptr, res_idx, latency,
         paths.caps(), nbytes, reduce_s, rank_device[dst], len(devices), waits,
         dep_ptr, dep_owner, epoch, epoch_size)
     if not math.isfinite(time_s):

@@ -36,6 +36,9 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"
 
 _TRANSFER_FIELDS = ("src", "dst", "src_chunk", "dst_chunk", "nchunks", "reduce", "step",
                     "phase", "channel", "sync")
+_DTYPES = {name: bool if name in ("reduce", "sync") else (np.int16 if name == "phase"
+                                                           else np.int64)
+           for name in _TRANSFER_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ class ScheduleBuilder:
         self.rows: list[tuple] = []
         self.phases: dict[str, int] = {}
         self.notes: dict = {}
+        self._blocks: list[dict] = []     # column blocks (:meth:`extend`), rows flushed in order
 
     def send(self, src: int, dst: int, chunk: int, *, reduce: bool, step: int, phase: str,
              nchunks: int = 1, dst_chunk: int | None = None, channel: int = 0,
@@ -162,13 +166,35 @@ class ScheduleBuilder:
         self.rows.append((src, dst, chunk, chunk if dst_chunk is None else dst_chunk, nchunks,
                           reduce, step, code, channel, sync))
 
+    def extend(self, columns: dict) -> None:
+        """Append many transfers at once, as :meth:`send` would one after another: ``columns``
+        maps every name of ``_TRANSFER_FIELDS`` to an array of equal length, ``phase`` holding
+        codes already registered in :attr:`phases` (:meth:`phase_code`)."""
+        self._flush()
+        self._blocks.append({name: np.asarray(columns[name], dtype=_DTYPES[name])
+                             for name in _TRANSFER_FIELDS})
+
+    def phase_code(self, phase: str) -> int:
+        """The code of ``phase``, registered now if new (as :meth:`send` registers it)."""
+        return self.phases.setdefault(phase, len(self.phases))
+
+    def _flush(self) -> None:
+        """Move the rows sent so far into a column block (keeps the list order)."""
+        if self.rows:
+            cols = list(zip(*self.rows))
+            self._blocks.append({name: np.asarray(col, dtype=_DTYPES[name])
+                                 for name, col in zip(_TRANSFER_FIELDS, cols)})
+            self.rows = []
+
     def build(self) -> Schedule:
-        cols = list(zip(*self.rows)) if self.rows else [()] * len(_TRANSFER_FIELDS)
-        arrays = {}
-        for name, col in zip(_TRANSFER_FIELDS, cols):
-            dtype = bool if name in ("reduce", "sync") else (np.int16 if name == "phase"
-                                                             else np.int64)
-            arrays[name] = np.asarray(col, dtype=dtype)
+        if self._blocks:
+            self._flush()
+            arrays = {name: np.concatenate([blk[name] for blk in self._blocks])
+                      for name in _TRANSFER_FIELDS}
+        else:
+            cols = list(zip(*self.rows)) if self.rows else [()] * len(_TRANSFER_FIELDS)
+            arrays = {name: np.asarray(col, dtype=_DTYPES[name])
+                      for name, col in zip(_TRANSFER_FIELDS, cols)}
         return Schedule(collective=self.collective, algorithm=self.algorithm, ranks=self.ranks,
                         chunk_bytes=self.chunk_bytes, message_chunks=self.message_chunks,
                         phase_names=tuple(self.phases), helper_ranks=self.helper_ranks,

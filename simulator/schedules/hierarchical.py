@@ -99,34 +99,54 @@ def embed(builder: ScheduleBuilder, instances, step_offset: int = 0, channel_off
     """
     mapped = [_translate(sub, rank_map, chunk_map, step_offset, channel_offset, phase_prefix)
               for sub, rank_map, chunk_map in instances]
-    n_epochs = max((int(rows["epoch"][-1]) + 1 for rows in mapped if len(rows["epoch"])),
-                   default=0)
-    for e in range(n_epochs):
-        barrier = e > 0
-        for rows in mapped:
-            for i in np.flatnonzero(rows["epoch"] == e).tolist():
-                builder.send(rows["src"][i], rows["dst"][i], rows["src_chunk"][i],
-                             nchunks=rows["nchunks"][i], dst_chunk=rows["dst_chunk"][i],
-                             reduce=rows["reduce"][i], step=rows["step"][i],
-                             phase=rows["phase"][i], channel=rows["channel"][i], sync=barrier)
-                barrier = False
+    mapped = [rows for rows in mapped if len(rows["epoch"])]
+    if not mapped:
+        return
+    # phase codes registered in order of first use, as one send per row would register them
+    names: dict[str, int] = {}
+    for rows in mapped:
+        rows["phase"] = np.asarray([names.setdefault(name, len(names))
+                                    for name in rows["phase_names"]],
+                                   dtype=np.int64)[rows["phase"]]
+    cols = {key: np.concatenate([rows[key] for rows in mapped])
+            for key in ("src", "dst", "src_chunk", "dst_chunk", "nchunks", "reduce", "step",
+                        "channel", "phase", "epoch")}
+    # epoch by epoch, the copies one after another (each copy's rows in its own order)
+    copy = np.repeat(np.arange(len(mapped), dtype=np.int64),
+                     [len(rows["epoch"]) for rows in mapped])
+    order = np.lexsort((copy, cols["epoch"]))
+    cols = {key: col[order] for key, col in cols.items()}
+    first_use = np.unique(cols["phase"], return_index=True)[1]
+    code = np.zeros(len(names), dtype=np.int64)
+    by_name = list(names)
+    for k in np.sort(first_use).tolist():
+        tmp = int(cols["phase"][k])
+        code[tmp] = builder.phase_code(by_name[tmp])
+    cols["phase"] = code[cols["phase"]]
+    # one shared barrier per epoch after the first: on its first row
+    epoch = cols.pop("epoch")
+    sync = np.zeros(len(epoch), dtype=bool)
+    sync[1:] = epoch[1:] != epoch[:-1]
+    sync[0] = epoch[0] > 0
+    cols["sync"] = sync
+    builder.extend(cols)
 
 
 def _translate(sub: Schedule, rank_map, chunk_map, step_offset: int, channel_offset: int,
                phase_prefix: str) -> dict:
-    """``sub``'s columns in global ranks, chunks, steps, channels and phase names."""
+    """``sub``'s columns in global ranks, chunks, steps, channels and phase names (``phase``
+    indexes ``phase_names``), with every transfer's barrier epoch in the sub-schedule."""
     rank_map = np.asarray(rank_map, dtype=np.int64)
     if np.ndim(chunk_map) == 0:
         chunk_map = int(chunk_map) + np.arange(len(sub.chunk_bytes) + 1, dtype=np.int64)
     chunk_map = np.asarray(chunk_map, dtype=np.int64)
     first = chunk_map[sub.src_chunk]
-    names = [phase_prefix + name for name in sub.phase_names]
-    return {"src": rank_map[sub.src].tolist(), "dst": rank_map[sub.dst].tolist(),
-            "src_chunk": first.tolist(), "dst_chunk": chunk_map[sub.dst_chunk].tolist(),
-            "nchunks": (chunk_map[sub.src_chunk + sub.nchunks] - first).tolist(),
-            "reduce": sub.reduce.tolist(), "step": (sub.step + step_offset).tolist(),
-            "channel": (sub.channel + channel_offset).tolist(),
-            "phase": [names[k] for k in sub.phase.tolist()],
+    return {"src": rank_map[sub.src], "dst": rank_map[sub.dst],
+            "src_chunk": first, "dst_chunk": chunk_map[sub.dst_chunk],
+            "nchunks": chunk_map[sub.src_chunk + sub.nchunks] - first,
+            "reduce": sub.reduce, "step": sub.step + step_offset,
+            "channel": sub.channel + channel_offset, "phase": sub.phase.astype(np.int64),
+            "phase_names": [phase_prefix + name for name in sub.phase_names],
             "epoch": np.cumsum(sub.sync, dtype=np.int64)}
 
 
