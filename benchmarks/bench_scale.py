@@ -9,7 +9,7 @@ subprocess; its wall time is that of ``run_collective`` (topology building and i
 excluded), its peak memory the subprocess's peak resident set size, read with ``os.wait4``
 (``ru_maxrss`` of that child alone).
 
-Engines: ``fast`` (simulator.engine.fast) wherever it applies; ``event`` until a point exceeds
+Engines: ``fast`` (simulator.engine.dispatch) wherever it applies; ``event`` until a point exceeds
 the per-point budget (default 120 s; the larger N of that algorithm are then not tried) or
 would need more than the memory guards below allow. Where both ran, the relative difference of
 the simulated times is reported. Writes ``scale.csv`` and ``scale.png`` to ``--out`` (default

@@ -11,7 +11,7 @@ bottleneck_link, bottleneck_utilisation, ps_servers, ps_placement, topology, eng
 2(n-1)/n; reduce-scatter, all-gather, all-to-all (n-1)/n; broadcast, reduce 1), GB = 1e9 bytes.
 
 ``engine`` says which engine produced the row: ``event`` (the flow-level event engine) or
-``fast`` (:mod:`simulator.engine.fast`: the same times, computed without events where that is
+``fast`` (:mod:`simulator.engine.dispatch`: the same times, computed without events where that is
 provably exact). ``run_collective(..., engine="auto")`` uses the fast path when it applies and
 the event engine otherwise. With the fast path there are no per-transfer or per-link-timeline
 records; ``bottleneck_link`` is still computed from the bytes each link carries over the run.
@@ -61,7 +61,7 @@ class CollectiveRun:
 
     With the fast path (``row["engine"] == "fast"``) ``run`` and ``engine`` are None,
     ``schedule`` is None when the fast path never built it (the symmetric ring), and ``fast``
-    holds its :class:`~simulator.engine.fast.FastResult`.
+    holds its :class:`~simulator.engine.common.FastResult`.
     """
 
     row: dict
@@ -226,7 +226,7 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
 
     ``engine``: ``"event"`` (default) runs the event engine (on ``sim_engine`` if given, where
     other traffic may share the links); ``"fast"`` the fast path of
-    :mod:`simulator.engine.fast`, raising :class:`~simulator.engine.fast.NotApplicable` with
+    :mod:`simulator.engine.dispatch`, raising :class:`~simulator.engine.common.NotApplicable` with
     the reason when it cannot prove its answer equal to the event engine's; ``"auto"`` the fast
     path when it applies, else the event engine. The row's ``engine`` column says which ran.
     Every engine runs the plan's schedule on the plan's graph: the library's costs are data.

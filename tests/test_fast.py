@@ -1,4 +1,4 @@
-"""The fast path (simulator.engine.fast) against the event engine and the closed forms.
+"""The fast path (simulator.engine: ring, aligned, step_sync) against the event engine and the closed forms.
 
 Parity is asserted where the fast path applies. Where no step-level shortcut can prove itself
 exact (pipelined slices, steps that overlap on shared links), ``engine="auto"`` runs the
@@ -16,13 +16,10 @@ from simulator import theory
 from simulator.cli import main
 from simulator.collective import default_options, placement, run_collective
 from simulator.engine.dispatch import fast_collective
-from simulator.engine.fast import (
-    _epoch_dependencies,
-    aligned_time,
-    fast_time,
-    max_min_weighted,
-    ring_time,
-)
+from simulator.engine.aligned import aligned_time
+from simulator.engine.ring import ring_time
+from simulator.engine.step_sync import _epoch_dependencies, fast_time
+from simulator.engine.waves import max_min_weighted
 from simulator.engine.network import max_min_rates
 from simulator.engine.tree_pipeline import numba_available
 from simulator.errors import ConfigError, SimulationError
@@ -234,7 +231,7 @@ def test_ring_symmetric_matches_step_synchronous(p):
     ring = ring_time(g, nodes, "allreduce", size)
     assert ring.applicable and ring.method == "ring-symmetric"
     schedule = make_schedule("ring", "allreduce", p, size)
-    from simulator.engine.fast import _step_synchronous
+    from simulator.engine.step_sync import _step_synchronous
     full = _step_synchronous(schedule, g, tuple(nodes), True)
     assert math.isclose(ring.time_s, full.time_s, rel_tol=1e-12)
     assert ring.bytes_sent == full.bytes_sent == schedule.transfer_bytes.sum()
@@ -324,7 +321,7 @@ def test_aligned_and_step_synchronous_agree():
     for algorithm in ("halving_doubling", "binomial_tree", "ring"):
         s = make_schedule(algorithm, "allreduce", 16, 32 << 20)
         a = aligned_time(s, g, nodes)
-        from simulator.engine.fast import _step_synchronous
+        from simulator.engine.step_sync import _step_synchronous
         b = _step_synchronous(s, g, tuple(nodes), True)
         assert a.applicable and a.method == "aligned-steps"
         assert math.isclose(a.time_s, b.time_s, rel_tol=1e-12)
@@ -534,7 +531,7 @@ def test_ring_recurrence_declines_when_rates_depend_on_the_active_flows(graph, o
 
 def test_ring_recurrence_extras_equal_step_synchronous():
     """Links, bytes and reduction totals as the step-synchronous analysis of the schedule."""
-    from simulator.engine.fast import _step_synchronous
+    from simulator.engine.step_sync import _step_synchronous
 
     g = cluster(16, 8, ps_hosts=1)
     p, size = 128, 25 << 20
@@ -624,7 +621,7 @@ def test_ring_recurrence_every_transfer_completes_as_in_the_engine(monkeypatch, 
     With reductions of 0.5 s a byte a 0-byte chunk overtakes the reductions queued on its
     receiver: the engine does not queue it (it completes on delivery) and the queue frees at
     the last real reduction, not at the previous completion."""
-    import simulator.engine.fast as fast_module
+    import simulator.engine.ring as fast_module
     from simulator.schedules.ring import ring_order
 
     steps_done = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from ..errors import SimulationError
+from ..errors import SimulationError, TopologyError
 from ..topology.routing import NON_TRANSIT_KINDS, Router
 
 
@@ -79,6 +79,22 @@ class FastResult:
 
 
 # -- paths ---------------------------------------------------------------------------------------
+def declined_as(method: str, analysis, *args) -> FastResult:
+    """``analysis(*args)``, a :class:`NotApplicable` it raises turned into a declined result of
+    ``method`` (the reason is the exception's message)."""
+    try:
+        return analysis(*args)
+    except NotApplicable as exc:
+        return FastResult(math.nan, False, str(exc), method)
+
+
+def check_placement(schedule, placement) -> None:
+    """Refuse a placement with fewer nodes than the schedule has ranks."""
+    if len(placement) < schedule.total_ranks:
+        raise TopologyError(f"schedule needs {schedule.total_ranks} ranks, "
+                            f"placement has {len(placement)}")
+
+
 class _Paths:
     """Resources (global ids), capacities and latency of every routed (src, dst) node pair."""
 

@@ -96,7 +96,7 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
                   reduce_compute: bool = True):
     """Time ``schedule`` (rank ``r`` on ``placement[r]``) with the compiled event simulation.
 
-    Returns a :class:`~simulator.engine.fast.FastResult` with ``method="compiled-events"``;
+    Returns a :class:`~simulator.engine.common.FastResult` with ``method="compiled-events"``;
     not applicable (with the reason) when numba is missing.
     """
     if not numba_available():

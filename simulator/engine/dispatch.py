@@ -7,13 +7,13 @@ a :class:`Method` with ``applies(call)`` (``None``, or why not) and ``run(call)`
 :class:`~.common.FastResult`, which may still decline with a reason):
 
 =================  ==========================================================================
-``ring``           ring shortcuts (:func:`.fast.ring_time`): the symmetric ring in closed
+``ring``           ring shortcuts (:func:`.ring.ring_time`): the symmetric ring in closed
                    form, else the per-connection recurrence; no schedule is built
 ``tree-pipeline``  compiled pipelined trees (:mod:`.tree_pipeline`): tree and double binary
                    tree in segments
-``aligned-steps``  the schedule's steps, when they run in lockstep (:func:`.fast.aligned_time`)
+``aligned-steps``  the schedule's steps, when they run in lockstep (:func:`.aligned.aligned_time`)
 ``compiled``       the event engine's own algorithm, compiled with numba (:mod:`.compiled`)
-``step-sync``      without numba: the step-synchronous analysis (:func:`.fast._unaligned_time`)
+``step-sync``      without numba: the step-synchronous analysis (:func:`.step_sync.step_sync_time`)
 =================  ==========================================================================
 
 :func:`fast_collective` returns the first result that applies, with the reasons of the methods
@@ -33,7 +33,9 @@ import networkx as nx
 from ..errors import SimulationError
 from ..schedules.base import Schedule
 from .common import FastResult
-from .fast import RING_COLLECTIVES, _unaligned_time, aligned_time, ring_time
+from .aligned import aligned_time
+from .ring import RING_COLLECTIVES, ring_time
+from .step_sync import step_sync_time
 from .tree_pipeline import TREE_ALGORITHMS
 
 #: Schedules with more transfers than this are not built (for either engine, through here).
@@ -144,7 +146,7 @@ def _compiled_run(call: Call) -> FastResult:
 
 
 def _step_sync_run(call: Call) -> FastResult:
-    return _unaligned_time(call.built(), call.graph, tuple(call.placement),
+    return step_sync_time(call.built(), call.graph, tuple(call.placement),
                            call.reduce_compute)
 
 

@@ -48,6 +48,8 @@ from typing import Callable, Hashable
 import numpy as np
 import simpy
 
+from .waves import max_min_weighted
+
 #: SimPy priority of the coalesced solve: after URGENT (0) and NORMAL (1) events at the same time.
 SOLVE_PRIORITY = 2
 #: Relative tolerance under which a flow counts as drained at a wake-up.
@@ -506,30 +508,8 @@ def max_min_rates_vector(flow_resources: list[tuple[int, ...]], capacity) -> lis
         caps = np.fromiter((capacity[r] for r in used_ids.tolist()), dtype=np.float64,
                            count=len(used_ids))
     flat_flow = np.repeat(np.arange(len(flow_resources)), lengths)
-    n_res = len(caps)
-    left = caps.copy()
-    count = np.bincount(flat_res, minlength=n_res).astype(np.float64)
-    rates = np.zeros(len(flow_resources))
-    frozen = np.zeros(len(flow_resources), dtype=bool)
-    active_entry = np.ones(len(flat_res), dtype=bool)
-    while not frozen.all():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(count > 0, np.maximum(left, 0.0) / count, np.inf)
-        level = share.min()
-        if not np.isfinite(level):
-            break
-        tight = share <= level * (1 + 1e-12)
-        hit = active_entry & tight[flat_res]
-        newly = np.zeros(len(flow_resources), dtype=bool)
-        newly[flat_flow[hit]] = True
-        newly &= ~frozen
-        rates[newly] = level
-        frozen |= newly
-        leaving = active_entry & newly[flat_flow]
-        used = np.bincount(flat_res[leaving], minlength=n_res)
-        left -= used * level
-        count -= used
-        active_entry &= ~leaving
+    unit = np.ones(len(flow_resources))
+    rates = max_min_weighted(flat_flow, flat_res, unit, caps, len(flow_resources))
     return rates.tolist()
 
 

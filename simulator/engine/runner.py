@@ -42,6 +42,7 @@ from ..errors import SimulationError, TopologyError
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs, packed_sort
 from ..topology.routing import Router
+from .common import check_placement
 from .network import FlowNetwork
 
 
@@ -252,9 +253,7 @@ class Engine:
         return found
 
     def _launch(self, schedule: Schedule, placement: tuple, label: str) -> ScheduleRun:
-        if len(placement) < schedule.total_ranks:
-            raise TopologyError(f"schedule needs {schedule.total_ranks} ranks, "
-                                f"placement has {len(placement)}")
+        check_placement(schedule, placement)
         n = len(schedule)
         prep = self._prepared(schedule)
         paths, conn_res, latency, receiver, reduce_rate = self._placed(schedule, prep,

@@ -106,7 +106,7 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
                        reduce_compute: bool = True):
     """Time a tree or double-binary-tree collective with the compiled event simulation.
 
-    Returns a :class:`~simulator.engine.fast.FastResult` with ``method="tree-pipeline"``; not
+    Returns a :class:`~simulator.engine.common.FastResult` with ``method="tree-pipeline"``; not
     applicable (with the reason) for other algorithms or when numba is missing.
     """
 

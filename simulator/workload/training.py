@@ -258,7 +258,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         pace, limited only by the staleness bound.
     collective_engine : {"event", "fast", "auto"}
         How each bucket's collective is timed (see :func:`_run_collective`): the event engine,
-        or the exact fast path of :mod:`simulator.engine.fast` (``fast`` raises where it does
+        or the exact fast path of :mod:`simulator.engine.dispatch` (``fast`` raises where it does
         not apply, ``auto`` falls back to the event engine). PS aggregation is always evented.
     library : library object or None
         The collective library every bucket's all-reduce goes through
@@ -380,7 +380,7 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
 
     ``collective_engine`` ``"fast"``/``"auto"``: when no (de)compression kernel takes time, each
     bucket's collective runs alone on the network and on its devices' compute queues, so its
-    duration is what :func:`~simulator.engine.fast.fast_collective` computes (exactly, where it
+    duration is what :func:`~simulator.engine.dispatch.fast_collective` computes (exactly, where it
     applies); the bucket is then timed without events, its bytes are added to the engine's link
     counters and its reductions to the compute log as one aggregated entry per device (busy
     time and energy stay exact; the entries are not a timeline). Returns ``(iteration_s,
