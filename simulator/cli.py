@@ -653,6 +653,16 @@ def main(argv=None) -> int:
     except ClusterSimError as exc:
         print(f"clustersim: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError:
+        # the guard's estimates (guard.py) refuse the known big allocations before they are
+        # made; this is what one they do not cover ends as
+        from .guard import memory_limit_bytes
+
+        print(f"clustersim: error: out of memory: this request needs more memory than this "
+              f"machine could give (the guard's limit is "
+              f"{format_size(memory_limit_bytes())}, --max-memory); ask for fewer ranks, "
+              f"slices or sizes, or use --engine auto", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130

@@ -27,10 +27,12 @@ from .engine.common import FastResult, NotApplicable
 from .engine.dispatch import fast_collective
 from .engine.runner import Engine, ScheduleRun
 from .errors import ConfigError, unknown_name
+from .guard import check_event_run
 from .library import Plan, resolve_library
 from .records import bottleneck, links_frame
 from .schedules import get_algorithm, make_schedule
 from .schedules.base import Schedule
+from .schedules.registry import estimated_transfers
 from .schedules.ring import explicit_orders
 from .topology import endpoints, local_ranks, ps_endpoints  # noqa: F401 (local_ranks: re-export)
 from .topology.rings import ring_orders
@@ -256,6 +258,8 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     dedicated = options.get("placement", "dedicated") == "dedicated"
     schedule, fast = None, None
     if engine == "event":
+        check_event_run(estimated_transfers(algorithm, collective, n, size_bytes, options)
+                        * slices, 0)
         schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
     if plan.helper_nodes:
         nodes = placement(graph, n) + list(plan.helper_nodes)

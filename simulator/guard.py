@@ -1,11 +1,17 @@
 """A resource guard: refuse, before allocating, what would not fit in memory.
 
 A request is cheap to state and can be ruinous to build: ``--param hosts=10000000000`` asks for
-ten billion graph nodes. Before a topology is built, :func:`check_topology` estimates its nodes
-and links from the builder's parameters and the memory they take (a ``networkx`` node with its
-attribute dict takes about 1.5 KB, a directed link about 1 KB), and refuses with the estimate,
-the limit and what to do instead when the estimate exceeds the limit: ``--max-memory`` (any
+ten billion graph nodes, ``--slices 100000`` a hundred thousand transfers for every one of the
+schedule's. Each big allocation is estimated from the request first, and refused with the
+estimate, the limit and what to do instead when it exceeds the limit: ``--max-memory`` (any
 size, e.g. ``8GiB``), by default half of this machine's RAM.
+
+* :func:`check_topology`: nodes and links from the builder's parameters (a ``networkx`` node
+  with its attribute dict takes about 1.5 KB, a directed link about 1 KB);
+* :func:`check_schedule`: a schedule's transfers (its columns keep 60 bytes per transfer;
+  building peaks near 360), before it is built or sliced;
+* :func:`check_event_run`: what the SimPy event engine keeps per transfer (about 570 bytes) and
+  per chunk access of its dependency graph.
 """
 
 from __future__ import annotations
@@ -20,6 +26,16 @@ from .units import format_size
 #: attribute dicts the builders set), measured on gpu_cluster graphs of 10^4-10^5 nodes.
 NODE_BYTES = 1536
 LINK_BYTES = 1024
+#: Bytes per transfer while a schedule is built or sliced: its ten columns keep 60 (eight int64,
+#: an int16 and two bools), and building peaks higher with numpy's temporaries: 348 for the
+#: double binary tree over 4,096 ranks, 265 for the ring over 1,024 (tracemalloc peaks).
+SCHEDULE_BYTES = 360
+#: Bytes the event engine keeps per transfer (flows, timestamps, records): ring all-reduce over
+#: 1,024 ranks, 2.1 M transfers, peaks at 1.2 GiB (benchmarks/README.md, bench_scale).
+EVENT_BYTES = 570
+#: Bytes per chunk access of the event engine's dependency derivation (a packed int64 code, its
+#: sort permutation and the CSR it becomes).
+ACCESS_BYTES = 32
 
 _limit: int | None = None
 
@@ -83,14 +99,35 @@ def topology_size(builder, params: dict) -> tuple[int, int]:
     return 0, 0
 
 
+def refuse_over_limit(what: str, estimate_bytes: int, instead: str) -> None:
+    """Raise :class:`ConfigError` when ``estimate_bytes`` exceeds :func:`memory_limit_bytes`:
+    ``what`` would take about that much, and ``instead`` says what to ask for instead."""
+    limit = memory_limit_bytes()
+    if estimate_bytes > limit:
+        raise ConfigError(
+            f"{what} would take about {format_size(estimate_bytes)} of memory, more than the "
+            f"limit of {format_size(limit)} (--max-memory, default half of this machine's "
+            f"RAM); {instead}, or raise --max-memory")
+
+
 def check_topology(builder, params: dict) -> None:
     """Refuse a topology whose estimated memory exceeds :func:`memory_limit_bytes`."""
     nodes, links = topology_size(builder, params)
-    estimate = nodes * NODE_BYTES + links * LINK_BYTES
-    limit = memory_limit_bytes()
-    if estimate > limit:
-        raise ConfigError(
-            f"topology {builder.__name__} with {nodes:,} nodes and {links:,} links would take "
-            f"about {format_size(estimate)} of memory, more than the limit of "
-            f"{format_size(limit)} (--max-memory, default half of this machine's RAM); "
-            f"ask for fewer hosts, nodes or GPUs, or raise --max-memory")
+    refuse_over_limit(f"topology {builder.__name__} with {nodes:,} nodes and {links:,} links",
+                      nodes * NODE_BYTES + links * LINK_BYTES,
+                      "ask for fewer hosts, nodes or GPUs")
+
+
+def check_schedule(algorithm: str, collective: str, ranks: int, transfers: int) -> None:
+    """Refuse to build (or slice into) a schedule of ``transfers`` transfers that would not fit."""
+    refuse_over_limit(f"{algorithm} {collective} over {ranks:,} ranks has {transfers:,} "
+                      f"transfers; its schedule", transfers * SCHEDULE_BYTES,
+                      "ask for fewer ranks or slices (or larger segments)")
+
+
+def check_event_run(transfers: int, chunk_accesses: int) -> None:
+    """Refuse an event-engine run of ``transfers`` transfers whose state would not fit."""
+    refuse_over_limit(f"the event engine on {transfers:,} transfers",
+                      transfers * EVENT_BYTES + chunk_accesses * ACCESS_BYTES,
+                      "use --engine auto (the exact fast methods keep far less), fewer ranks "
+                      "or fewer slices")

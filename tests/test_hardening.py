@@ -70,6 +70,85 @@ def test_max_memory_is_the_limit(capsys):
     one_line_error(code, err, "--max-memory must be positive")
 
 
+def test_slices_and_ranks_refused_before_the_schedule_is_built(capsys):
+    """A request whose schedule or event-engine state would not fit is refused from its
+    estimate, at once, naming the estimate, the limit and what to do instead."""
+    start = time.perf_counter()
+    code, _out, err = run(capsys, "collective", "--topology", "star", "--param", "hosts=1024",
+                          "--size", "1GiB", "--slices", "100000", "--engine", "event")
+    one_line_error(code, err, "209,510,400,000 transfers", "--max-memory", "fewer ranks")
+    code, _out, err = run(capsys, "collective", "--topology", "star", "--param",
+                          "hosts=65536", "--size", "256MiB", "--algorithm",
+                          "double_binary_tree", "--engine", "event")
+    one_line_error(code, err, "the event engine on 67,107,840 transfers", "--engine auto")
+    assert time.perf_counter() - start < 10.0
+    # the same ring fits the default limit, not 1 GiB: the limit is what decides
+    code, _out, err = run(capsys, "--max-memory", "1GiB", "collective", "--topology", "star",
+                          "--param", "hosts=1024", "--size", "256MiB", "--engine", "event")
+    one_line_error(code, err, "the event engine on 2,095,104 transfers", "limit of 1 GiB")
+
+
+def test_schedule_guard_on_the_library_api():
+    from simulator.errors import ConfigError
+    from simulator.guard import set_memory_limit
+    from simulator.schedules import make_schedule
+
+    try:
+        set_memory_limit(1 << 20)
+        assert len(make_schedule("ring", "allreduce", 16, 1 << 20)) == 480   # 480 x 360 B fits
+        with pytest.raises(ConfigError, match="ring allreduce over 16 ranks has 15,360 "
+                                               "transfers; its schedule"):
+            make_schedule("ring", "allreduce", 16, 1 << 20, slices=32)
+        with pytest.raises(ConfigError, match="double_binary_tree allreduce over 64 ranks"):
+            make_schedule("double_binary_tree", "allreduce", 64, 1 << 30)
+    finally:
+        set_memory_limit(None)
+
+
+@pytest.mark.parametrize("algorithm, collective, options, size", [
+    ("ring", "allreduce", {}, 1 << 20), ("ring", "reduce_scatter", {"channels": 2}, 1 << 20),
+    ("ring", "allgather", {}, 1 << 20), ("direct", "allreduce", {}, 1 << 20),
+    ("direct", "alltoall", {}, 1 << 20), ("tree", "allreduce", {"segments": 4}, 1 << 20),
+    ("tree", "broadcast", {"segments": 3}, 1 << 20), ("tree", "reduce", {}, 1 << 20),
+    ("double_binary_tree", "allreduce", {}, 1 << 24),
+    ("double_binary_tree", "allreduce", {"channels": 2}, 1 << 24),
+    ("two_tree", "allreduce", {"segment_bytes": 100_000}, 3 << 20),
+    ("double_binary_tree", "allreduce", {"segments": 5}, 1 << 20),
+])
+def test_transfer_estimate_is_the_schedule_length(algorithm, collective, options, size):
+    from simulator.schedules import make_schedule
+    from simulator.schedules.registry import estimated_transfers
+
+    for ranks in (1, 2, 4, 8, 16):
+        built = make_schedule(algorithm, collective, ranks, size, **options)
+        assert estimated_transfers(algorithm, collective, ranks, size, options) == len(built)
+
+
+def test_out_of_memory_is_one_line(monkeypatch, capsys):
+    """An allocation no estimate covers still ends as one line, not a traceback."""
+    import simulator.cli as cli
+
+    def exhausted(_args):
+        raise MemoryError
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), exhausted))
+    code, _out, err = run(capsys, "collective", "--topology", "star", "--size", "1MiB")
+    one_line_error(code, err, "out of memory", "--max-memory")
+
+
+def _with_func(parser, func):
+    parse = parser.parse_args
+
+    def parse_args(argv=None):
+        args = parse(argv)
+        args.func = func
+        return args
+
+    parser.parse_args = parse_args
+    return parser
+
+
 def test_output_under_a_regular_file(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     scenario = tmp_path / "s.yaml"

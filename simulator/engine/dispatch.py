@@ -32,6 +32,7 @@ import networkx as nx
 
 from ..errors import SimulationError
 from ..schedules.base import Schedule
+from ..schedules.registry import estimated_transfers
 from .common import FastResult
 from .aligned import aligned_time
 from .ring import RING_COLLECTIVES, ring_time
@@ -72,14 +73,15 @@ class Call:
         from ..schedules import make_schedule
 
         if self.schedule is None:
-            estimate = _quadratic_transfers(self.algorithm, self.collective, self.gpus,
-                                            self.options) * self.slices
+            estimate = estimated_transfers(self.algorithm, self.collective, self.gpus,
+                                           self.size_bytes, self.options) * self.slices
             if estimate > MAX_TRANSFERS:
                 raise SimulationError(
                     f"{self.algorithm} {self.collective} on {self.gpus} ranks has about "
                     f"{estimate:,} transfers, too many to build (limit {MAX_TRANSFERS:,}); "
-                    + (f"the ring shortcuts do not apply ({self.declined[0]})" if self.declined
-                       else "use fewer ranks"))
+                    + (f"the methods that need none declined ({self.declined[0]}); "
+                       if self.declined else "")
+                    + ("use fewer ranks" + (" or slices" if self.slices > 1 else "")))
             self.schedule = make_schedule(self.algorithm, self.collective, self.gpus,
                                           self.size_bytes, slices=self.slices, **self.options)
         return self.schedule
@@ -189,13 +191,3 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
         last = FastResult(math.nan, False, "no fast method applies", "none")
     return dataclasses.replace(last, reason="; ".join(call.declined),
                                declined=tuple(passed)), call.schedule
-
-
-def _quadratic_transfers(algorithm: str, collective: str, p: int, options: dict) -> int:
-    """Transfer count of the algorithms whose schedules grow as ``p^2`` (0 for the others)."""
-    if algorithm == "ring" and collective in RING_COLLECTIVES:
-        phases = 2 if collective == "allreduce" else 1
-        return phases * p * (p - 1) * int(options.get("channels", 1))
-    if algorithm == "direct":
-        return (2 if collective == "allreduce" else 1) * p * p
-    return 0

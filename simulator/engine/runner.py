@@ -39,6 +39,7 @@ import numpy as np
 import simpy
 
 from ..errors import SimulationError, TopologyError
+from ..guard import check_event_run
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs, packed_sort
 from ..topology.routing import Router
@@ -255,6 +256,7 @@ class Engine:
     def _launch(self, schedule: Schedule, placement: tuple, label: str) -> ScheduleRun:
         check_placement(schedule, placement)
         n = len(schedule)
+        check_event_run(n, 2 * int(schedule.nchunks.sum()))
         prep = self._prepared(schedule)
         paths, conn_res, latency, receiver, reduce_rate = self._placed(schedule, prep,
                                                                        placement)

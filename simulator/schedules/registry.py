@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import ConfigError, ScheduleError, unknown_name
+from ..guard import check_schedule
 from .base import COLLECTIVES, Schedule
 from .transform import slice_schedule
 
@@ -69,5 +70,42 @@ def make_schedule(algorithm: str, collective: str, ranks: int, size_bytes: int, 
         raise ConfigError(f"algorithm {algorithm!r} does not take option(s) "
                           f"{', '.join(sorted(unknown))}; it accepts: "
                           f"{', '.join(algo.options()) or 'none'}")
+    check_schedule(algorithm, collective, ranks,
+                   estimated_transfers(algorithm, collective, ranks, size_bytes, options) * slices)
     schedule = algo.build(collective, ranks, int(size_bytes), **options)
+    if slices > 1:
+        check_schedule(algorithm, collective, ranks, len(schedule) * slices)
     return slice_schedule(schedule, slices)
+
+
+def estimated_transfers(algorithm: str, collective: str, p: int, size_bytes: int,
+                        options: dict) -> int:
+    """Transfers of the schedule ``make_schedule`` would build with one slice, for the families
+    that grow fastest: ``p^2`` (ring reduce-scatter, all-gather and all-reduce; direct) and
+    ``p x segments`` (the pipelined trees). 0 for the others (``O(p log p)`` at most) and for
+    options the builder will refuse itself."""
+    try:
+        if algorithm == "ring" and collective in ("allreduce", "reduce_scatter", "allgather"):
+            phases = 2 if collective == "allreduce" else 1
+            return phases * p * (p - 1) * int(options.get("channels", 1))
+        if algorithm == "direct":
+            if collective == "alltoall":
+                return p * p                       # every rank also copies its own block
+            return (2 if collective == "allreduce" else 1) * p * (p - 1)
+        if algorithm in ("tree", "double_binary_tree", "two_tree"):
+            trees = 1 if algorithm == "tree" else 2 * int(options.get("channels", 1))
+            phases = 2 if collective == "allreduce" else 1
+            segments = options.get("segments")
+            if segments is None:
+                if algorithm == "tree":
+                    segments = 1
+                else:
+                    from .double_tree import DEFAULT_SEGMENT_BYTES
+
+                    part = -(-int(size_bytes) // trees)
+                    step = int(options.get("segment_bytes", DEFAULT_SEGMENT_BYTES))
+                    segments = max(1, -(-part // step)) if step > 0 else 0
+            return phases * trees * max(p - 1, 0) * int(segments)
+    except (TypeError, ValueError):
+        pass
+    return 0
