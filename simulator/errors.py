@@ -19,6 +19,10 @@ class ConfigError(ClusterSimError, ValueError):
     """A configuration value (CLI flag, parameter, scenario or topology key) is invalid."""
 
 
+class ResourceError(ConfigError):
+    """A request estimated to need more memory than the limit (:mod:`simulator.guard`)."""
+
+
 class TopologyError(ClusterSimError):
     """A topology cannot be built, loaded, or routed."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import os
 
-from .errors import ConfigError
+from .errors import ConfigError, ResourceError
 from .units import format_size
 
 #: Bytes per topology node and per directed link of a built graph (networkx dicts and the
@@ -100,11 +100,11 @@ def topology_size(builder, params: dict) -> tuple[int, int]:
 
 
 def refuse_over_limit(what: str, estimate_bytes: int, instead: str) -> None:
-    """Raise :class:`ConfigError` when ``estimate_bytes`` exceeds :func:`memory_limit_bytes`:
+    """Raise :class:`ResourceError` when ``estimate_bytes`` exceeds :func:`memory_limit_bytes`:
     ``what`` would take about that much, and ``instead`` says what to ask for instead."""
     limit = memory_limit_bytes()
     if estimate_bytes > limit:
-        raise ConfigError(
+        raise ResourceError(
             f"{what} would take about {format_size(estimate_bytes)} of memory, more than the "
             f"limit of {format_size(limit)} (--max-memory, default half of this machine's "
             f"RAM); {instead}, or raise --max-memory")

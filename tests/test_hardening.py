@@ -86,6 +86,11 @@ def test_slices_and_ranks_refused_before_the_schedule_is_built(capsys):
     code, _out, err = run(capsys, "--max-memory", "1GiB", "collective", "--topology", "star",
                           "--param", "hosts=1024", "--size", "256MiB", "--engine", "event")
     one_line_error(code, err, "the event engine on 2,095,104 transfers", "limit of 1 GiB")
+    # options that blow up the schedule on any rank count are named as the cause
+    code, _out, err = run(capsys, "collective", "--topology", "star", "--param", "hosts=8",
+                          "--size", "1MiB", "--algorithm", "tree", "--option",
+                          "segments=1000000000")
+    one_line_error(code, err, "2,000,000,000 transfers", "the options alone")
 
 
 def test_schedule_guard_on_the_library_api():

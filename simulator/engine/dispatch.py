@@ -30,7 +30,7 @@ from typing import Callable
 
 import networkx as nx
 
-from ..errors import SimulationError
+from ..errors import ResourceError, SimulationError
 from ..schedules.base import Schedule
 from ..schedules.registry import estimated_transfers
 from .common import FastResult
@@ -66,8 +66,12 @@ class Call:
 
         opts = {k: v for k, v in self.options.items()
                 if not (self.algorithm in TREE_ALGORITHMS and k == "root")}
-        make_schedule(self.algorithm, self.collective, min(self.gpus, ranks), self.size_bytes,
-                      slices=self.slices, **opts)
+        try:
+            make_schedule(self.algorithm, self.collective, min(self.gpus, ranks),
+                          self.size_bytes, slices=self.slices, **opts)
+        except ResourceError as exc:
+            raise ResourceError(f"{exc} (the options alone: checked on {min(self.gpus, ranks)} "
+                                f"of the {self.gpus:,} ranks)") from None
 
     def built(self) -> Schedule:
         from ..schedules import make_schedule
