@@ -154,6 +154,14 @@ def _with_func(parser, func):
     return parser
 
 
+def test_measurement_file_that_is_not_utf8(tmp_path, capsys):
+    """compare and calibrate read CSV through the same strict decoder as YAML inputs."""
+    path = tmp_path / "m.csv"
+    path.write_bytes(b"source,topology\nnccl,caf\xe9\n")
+    code, _out, err = run(capsys, "compare", str(path), "--topology", "star")
+    one_line_error(code, err, "m.csv:2: not UTF-8 text", "0xE9", "column 9")
+
+
 def test_output_under_a_regular_file(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     scenario = tmp_path / "s.yaml"

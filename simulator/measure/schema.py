@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.config import read_text_file
 from simulator.errors import ConfigError
 
 __all__ = [
@@ -224,12 +225,9 @@ class _Cells:
 
 def _records(path: Path, origin: str):
     """``(header, [(line, record dict)])`` of a CSV file, with each record's first line."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(f"measurement file {origin!r} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{origin}: cannot read: {exc}") from None
+    if not path.exists():
+        raise ConfigError(f"measurement file {origin!r} not found")
+    text = read_text_file(path, origin)
     reader = csv.reader(text.splitlines(keepends=True))
     try:
         header = [h.strip() for h in next(reader)]
