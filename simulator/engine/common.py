@@ -7,7 +7,10 @@ The lowest module of :mod:`simulator.engine` besides the event engine's own: the
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -194,6 +197,34 @@ def _reduce_totals(nodes, dst_rank: np.ndarray, dur: np.ndarray) -> tuple:
 
 # -- array helpers -------------------------------------------------------------------------------
 
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold Ctrl-C and SIGTERM while a compiled kernel runs and hands back its results.
+
+    Python runs signal handlers only between bytecodes, so a kernel is never interrupted
+    mid-way anyway; but a signal that arrives during it is handled while numba boxes the
+    kernel's result tuple, and a ``KeyboardInterrupt`` raised there leaves a broken tuple
+    (a segmentation fault when it is unpacked: seen with Ctrl-C during ``clustersim run``).
+    Here a signal that arrives is only noted, and delivered again, to the handler it was
+    meant for, once the results are Python objects. Outside the main thread (where handlers
+    cannot be set) nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
 
 
 def numba_available() -> bool:

@@ -29,8 +29,8 @@ import numpy as np
 
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs
-from .common import (FastResult, _reduce_totals, drop_stale_kernel_caches, numba_available,
-                     placed)
+from .common import (FastResult, _reduce_totals, drop_stale_kernel_caches, interrupts_deferred,
+                     numba_available, placed)
 
 METHOD = "compiled-events"
 
@@ -118,10 +118,12 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     drop_stale_kernel_caches()
     from ._schedule_kernel import simulate_schedule
 
-    time_s, carried, _dev_s, solves, _t_done = simulate_schedule(
-        conn_ptr, members, conn_of, path_of, res_ptr, res_idx, latency,
-        paths.caps(), nbytes, reduce_s, rank_device[dst], len(devices), waits,
-        dep_ptr, dep_owner, epoch, epoch_size)
+    caps = paths.caps()
+    with interrupts_deferred():
+        time_s, carried, _dev_s, solves, _t_done = simulate_schedule(
+            conn_ptr, members, conn_of, path_of, res_ptr, res_idx, latency,
+            caps, nbytes, reduce_s, rank_device[dst], len(devices), waits,
+            dep_ptr, dep_owner, epoch, epoch_size)
     if not math.isfinite(time_s):
         return FastResult(math.nan, False, "the compiled simulation made no progress (a "
                           "dependency never arrived)", METHOD)

@@ -45,7 +45,8 @@ import networkx as nx
 import numpy as np
 
 from ..schedules.base import split_bytes
-from .common import FastResult, drop_stale_kernel_caches, numba_available, placed
+from .common import (FastResult, drop_stale_kernel_caches, interrupts_deferred, numba_available,
+                     placed)
 
 #: Algorithms this module times (their schedules come from ``schedules.tree.tree_schedule``).
 TREE_ALGORITHMS = ("tree", "double_binary_tree")
@@ -159,10 +160,11 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
         roots[t] = tree.root
 
     kernel = _kernel()
-    time_s, carried, reduce_dev_s, solves = kernel(
-        conn_tree, conn_child, conn_kind, path_of, res_ptr, res_idx, latency, caps, seg_bytes,
-        parent, roots, child_ptr, child_idx, up_conn, down_conn, rank_device, rank_rate,
-        len(devices), start_order)
+    with interrupts_deferred():
+        time_s, carried, reduce_dev_s, solves = kernel(
+            conn_tree, conn_child, conn_kind, path_of, res_ptr, res_idx, latency, caps,
+            seg_bytes, parent, roots, child_ptr, child_idx, up_conn, down_conn, rank_device,
+            rank_rate, len(devices), start_order)
     if not math.isfinite(time_s):
         return FastResult(math.nan, False, "the compiled simulation made no progress (a "
                           "dependency never arrived)", method)
