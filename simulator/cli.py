@@ -20,7 +20,8 @@ import pandas as pd
 
 from . import __version__
 from .errors import ClusterSimError, ConfigError
-from .cli_args import _params, add_library_arguments, check_algorithm, library_args
+from .cli_args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
+                       library_args)
 from .units import format_bandwidth, format_size, parse_size
 
 EXIT_USAGE = 2
@@ -519,11 +520,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "inner=ring, outer=double_binary_tree (repeatable)")
     c.add_argument("--free-reduce", action="store_true",
                    help="do not charge reduction compute on the receiving device")
-    c.add_argument("--engine", choices=["event", "fast", "auto"], default=None,
+    c.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                    help="auto (the default): the first exact fast method that applies "
                         "(engine/dispatch.py), else the event engine; fast: a fast method or "
                         "an error saying why none applies; event: the SimPy flow-level event "
-                        "engine, the reference. The row's engine column says which ran")
+                        "engine, the reference; a method's name forces that method (an error "
+                        "if it does not apply). The row's engine column says which ran")
     add_library_arguments(c)
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.add_argument("-v", "--verbose", action="store_true",

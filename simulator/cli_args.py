@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from .errors import ConfigError
 
+#: ``--engine`` values: the engines, then the fast methods a name forces
+#: (``collective.ENGINES``, kept equal by tests/test_cli.py; spelled out here so that building
+#: the parser does not import the engine).
+ENGINE_CHOICES = ("event", "fast", "auto", "ring", "tree-pipeline", "aligned-steps", "compiled",
+                  "step-sync")
+
 
 def _params(pairs: list[str]) -> dict[str, str]:
     out = {}

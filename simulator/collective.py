@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from .engine.common import FastResult, NotApplicable
-from .engine.dispatch import fast_collective
+from .engine.dispatch import METHOD_NAMES, fast_collective
 from .engine.runner import Engine, ScheduleRun
 from .errors import ConfigError, unknown_name
 from .guard import check_event_run
@@ -38,7 +38,7 @@ from .topology import endpoints, local_ranks, ps_endpoints  # noqa: F401 (local_
 from .topology.rings import ring_orders
 
 #: Engines ``run_collective`` (and ``clustersim collective --engine``) accepts.
-ENGINES = ("event", "fast", "auto")
+ENGINES = ("event", "fast", "auto") + METHOD_NAMES
 
 RESULT_COLUMNS = ("collective", "algorithm", "gpus", "size_bytes", "slices", "time_s", "time_us",
                   "algbw_GBps", "busbw_GBps", "bottleneck_link", "bottleneck_utilisation",
@@ -230,7 +230,9 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     other traffic may share the links); ``"fast"`` the fast path of
     :mod:`simulator.engine.dispatch`, raising :class:`~simulator.engine.common.NotApplicable` with
     the reason when it cannot prove its answer equal to the event engine's; ``"auto"`` the fast
-    path when it applies, else the event engine. The row's ``engine`` column says which ran.
+    path when it applies, else the event engine; a method's name (``ring``, ``tree-pipeline``,
+    ``aligned-steps``, ``compiled``, ``step-sync``) forces that method, as ``"fast"`` does the
+    fast path. The row's ``engine`` column says which ran.
     Every engine runs the plan's schedule on the plan's graph: the library's costs are data.
     """
     if engine not in ENGINES:
@@ -272,14 +274,15 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     label = requested if requested != "auto" else f"auto:{plan.label}"
     if engine != "event":
         if sim_engine is not None or record_rates:
-            if engine == "fast":
+            if engine != "auto":
                 raise ConfigError("the fast engine runs a collective alone and keeps no link "
                                   "timelines: use engine='event' with sim_engine or "
                                   "record_rates")
         else:
             fast, schedule = fast_collective(graph, collective, algorithm, size_bytes, n, nodes,
                                              slices=slices, reduce_compute=reduce_compute,
-                                             options=options)
+                                             options=options,
+                                             only=engine if engine in METHOD_NAMES else None)
             if fast.applicable:
                 link, util = fast.bottleneck(graph)
                 row = _row(source_graph, collective, label, size_bytes, n, slices,
@@ -287,10 +290,10 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
                            "fast", plan)
                 return CollectiveRun(row=row, run=None, engine=None, schedule=schedule,
                                      fast=fast, plan=plan)
-            if engine == "fast":
-                raise NotApplicable(f"the fast engine does not apply to {algorithm} "
-                                    f"{collective} on {n} ranks: {fast.reason}; use --engine "
-                                    f"auto or event")
+            if engine != "auto":
+                what = "the fast engine" if engine == "fast" else f"method {engine!r}"
+                raise NotApplicable(f"{what} does not apply to {algorithm} {collective} on "
+                                    f"{n} ranks: {fast.reason}; use --engine auto or event")
     declined = fast.declined + ("all fast methods: the event engine runs",) \
         if engine == "auto" and fast is not None else ()
     if schedule is None:

@@ -140,3 +140,41 @@ def test_time_budget_stops_a_long_run_with_one_line(capsys):
                              "--size", "256MiB", "--engine", "event")
     assert code == 2 and out == ""
     assert "wall-clock budget exceeded" in err and err.count("\n") == 1
+
+
+def test_engine_choices_are_the_engines_and_methods():
+    from simulator.cli_args import ENGINE_CHOICES
+    from simulator.collective import ENGINES
+    from simulator.engine.dispatch import METHOD_NAMES
+
+    assert ENGINE_CHOICES == ENGINES
+    assert set(METHOD_NAMES) <= set(ENGINE_CHOICES)
+
+
+@pytest.mark.parametrize("method, algorithm, extra, answered", [
+    ("ring", "ring", [], "ring-symmetric"), ("aligned-steps", "ring", [], "aligned-steps"),
+    ("compiled", "ring", ["--slices", "4"], "compiled-events"),
+    ("step-sync", "halving_doubling", [], "step-synchronous"),
+    ("tree-pipeline", "double_binary_tree", [], "tree-pipeline"),
+    ("compiled", "double_binary_tree", [], "compiled-events"),
+])
+def test_engine_forces_one_method_equal_to_the_event_engine(capsys, method, algorithm, extra,
+                                                           answered):
+    """``--engine METHOD`` answers with that method alone, and its time is the event
+    engine's."""
+    base = ["collective", "--topology", "star", "--param", "hosts=8", "--size", "3MiB",
+            "--algorithm", algorithm, "--format", "json", *extra]
+    code, out, err = run_cli(capsys, *base, "--engine", method, "-v")
+    assert code == 0, err
+    forced = json.loads(out)[0]
+    assert f"{answered} answered" in err, err
+    code, out, _err = run_cli(capsys, *base, "--engine", "event")
+    assert math.isclose(forced["time_s"], json.loads(out)[0]["time_s"], rel_tol=1e-9)
+
+
+def test_forced_method_that_does_not_apply_says_why(capsys):
+    code, _out, err = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=8",
+                              "--size", "1MiB", "--algorithm", "ring", "--slices", "2",
+                              "--engine", "aligned-steps")
+    assert code == 2
+    assert "method 'aligned-steps' does not apply" in err and "slices=2" in err, err

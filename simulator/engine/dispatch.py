@@ -166,9 +166,14 @@ METHODS = (
 )
 
 
+#: The method names, which ``--engine`` also takes to force one.
+METHOD_NAMES = tuple(method.name for method in METHODS)
+
+
 def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_bytes: int,
                     gpus: int, placement, *, slices: int = 1, reduce_compute: bool = True,
-                    options: dict | None = None, schedule: Schedule | None = None):
+                    options: dict | None = None, schedule: Schedule | None = None,
+                    only: str | None = None):
     """The first of :data:`METHODS` that applies to this collective over ``gpus`` worker ranks
     placed on ``placement`` (workers, then helper ranks).
 
@@ -176,11 +181,12 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
     not-applicable result whose reason lists why each method that ran declined; either way
     ``declined`` lists every method before it with why it did not answer (``clustersim
     collective -v`` prints it). ``schedule`` is the schedule if one was built (or given).
+    ``only`` names the one method to offer the call to (one of :data:`METHOD_NAMES`).
     """
     call = Call(graph, collective, algorithm, size_bytes, gpus, list(placement), slices,
                 reduce_compute, dict(options or {}), schedule, schedule is not None)
     last, passed = None, []
-    for method in METHODS:
+    for method in METHODS if only is None else [m for m in METHODS if m.name == only]:
         why = method.applies(call)
         if why is not None:
             passed.append(f"{method.name}: {why}")
@@ -193,5 +199,5 @@ def fast_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byt
         last = result
     if last is None:
         last = FastResult(math.nan, False, "no fast method applies", "none")
-    return dataclasses.replace(last, reason="; ".join(call.declined),
+    return dataclasses.replace(last, reason="; ".join(call.declined or passed),
                                declined=tuple(passed)), call.schedule

@@ -256,7 +256,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         Per-worker compute time multipliers (stragglers; 1.0 = nominal). Synchronous
         aggregation waits for the slowest worker's bucket; PS clients each run at their own
         pace, limited only by the staleness bound.
-    collective_engine : {"event", "fast", "auto"}
+    collective_engine : {"event", "fast", "auto"} or a fast method's name
         How each bucket's collective is timed (see :func:`_run_collective`): the event engine,
         or the exact fast path of :mod:`simulator.engine.dispatch` (``fast`` raises where it does
         not apply, ``auto`` falls back to the event engine). PS aggregation is always evented.
@@ -505,7 +505,7 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
         return None
     n = len(workers)
     if _codec_kernels(codec, buckets, workers):
-        if collective_engine == "fast":
+        if collective_engine != "auto":
             raise NotApplicable("compression kernels share the devices' compute queues with the "
                                 "collectives' reductions: use the event engine")
         return None
@@ -513,10 +513,13 @@ def _fast_buckets(graph, algorithm, workers, codec, buckets, slices, options, co
     for (algo, collective, size, _opts), result in _per_bucket(
             graph, algorithm, n, codec, buckets, options,
             lambda algo, collective, size, opts: fast_collective(
-                graph, collective, algo, size, n, workers, slices=slices, options=opts)[0]):
+                graph, collective, algo, size, n, workers, slices=slices, options=opts,
+                only=None if collective_engine in ("fast", "auto") else collective_engine)[0]):
         if not result.applicable:
-            if collective_engine == "fast":
-                raise NotApplicable(f"the fast engine does not apply to {algo} {collective} of "
+            if collective_engine != "auto":
+                what = ("the fast engine" if collective_engine == "fast"
+                        else f"method {collective_engine!r}")
+                raise NotApplicable(f"{what} does not apply to {algo} {collective} of "
                                     f"{size} bytes on {n} ranks: {result.reason}")
             return None
         results.append(result)
