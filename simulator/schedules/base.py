@@ -162,9 +162,8 @@ class ScheduleBuilder:
              nchunks: int = 1, dst_chunk: int | None = None, channel: int = 0,
              sync: bool = False) -> None:
         """Append one transfer (``dst_chunk`` defaults to ``chunk``)."""
-        code = self.phases.setdefault(phase, len(self.phases))
         self.rows.append((src, dst, chunk, chunk if dst_chunk is None else dst_chunk, nchunks,
-                          reduce, step, code, channel, sync))
+                          reduce, step, self.phase_code(phase), channel, sync))
 
     def extend(self, columns: dict) -> None:
         """Append many transfers at once, as :meth:`send` would one after another: ``columns``
@@ -187,14 +186,10 @@ class ScheduleBuilder:
             self.rows = []
 
     def build(self) -> Schedule:
-        if self._blocks:
-            self._flush()
-            arrays = {name: np.concatenate([blk[name] for blk in self._blocks])
-                      for name in _TRANSFER_FIELDS}
-        else:
-            cols = list(zip(*self.rows)) if self.rows else [()] * len(_TRANSFER_FIELDS)
-            arrays = {name: np.asarray(col, dtype=_DTYPES[name])
-                      for name, col in zip(_TRANSFER_FIELDS, cols)}
+        self._flush()
+        arrays = {name: np.concatenate([blk[name] for blk in self._blocks]
+                                       + [np.zeros(0, dtype=_DTYPES[name])])
+                  for name in _TRANSFER_FIELDS}
         return Schedule(collective=self.collective, algorithm=self.algorithm, ranks=self.ranks,
                         chunk_bytes=self.chunk_bytes, message_chunks=self.message_chunks,
                         phase_names=tuple(self.phases), helper_ranks=self.helper_ranks,
