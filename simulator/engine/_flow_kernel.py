@@ -189,40 +189,45 @@ def _bottleneck(c, rate, path_of, res_ptr, res_idx, caps, user_ptr, user_idx, f_
 
 
 @njit(cache=True, _nrt=False)
-def _fkey_before(a, b, fkey):
-    return fkey[a] < fkey[b] or (fkey[a] == fkey[b] and a < b)
+def _before(a, b, key):
+    """Heap order of entries ``a`` and ``b``: the smaller key first, then the smaller id."""
+    return key[a] < key[b] or (key[a] == key[b] and a < b)
 
 
 @njit(cache=True, _nrt=False)
-def _fheap_up(k, r, fkey, fpos, fheap):
+def _heap_up(k, r, key, pos, heap):
+    """Sift entry ``r`` up from slot ``k`` of the indexed binary ``heap`` (``pos[r]``: its slot;
+    ordered by :func:`_before` on ``key``). ``fill`` keeps its resources in one, the
+    completion queue its time buckets (whose keys, their times, are distinct)."""
     while k > 0:
         up = (k - 1) >> 1
-        p = fheap[up]
-        if not _fkey_before(r, p, fkey):
+        p = heap[up]
+        if not _before(r, p, key):
             break
-        fheap[k] = p
-        fpos[p] = k
+        heap[k] = p
+        pos[p] = k
         k = up
-    fheap[k] = r
-    fpos[r] = k
+    heap[k] = r
+    pos[r] = k
 
 
 @njit(cache=True, _nrt=False)
-def _fheap_down(k, r, n, fkey, fpos, fheap):
+def _heap_down(k, r, n, key, pos, heap):
+    """Sift entry ``r`` down from slot ``k`` of the first ``n`` slots of ``heap``."""
     while True:
         child = 2 * k + 1
         if child >= n:
             break
-        if child + 1 < n and _fkey_before(fheap[child + 1], fheap[child], fkey):
+        if child + 1 < n and _before(heap[child + 1], heap[child], key):
             child += 1
-        d = fheap[child]
-        if not _fkey_before(d, r, fkey):
+        d = heap[child]
+        if not _before(d, r, key):
             break
-        fheap[k] = d
-        fpos[d] = k
+        heap[k] = d
+        pos[d] = k
         k = child
-    fheap[k] = r
-    fpos[r] = k
+    heap[k] = r
+    pos[r] = k
 
 
 @njit(cache=True, _nrt=False)
@@ -245,14 +250,14 @@ def fill(res, n_res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res
         r = res[i]
         if r_cnt[r] > 0:
             fkey[r] = (max(r_left[r], 0.0) if clamp else r_left[r]) / r_cnt[r]
-            _fheap_up(n, r, fkey, fpos, fheap)
+            _heap_up(n, r, fkey, fpos, fheap)
             n += 1
     while todo > 0 and n > 0:
         r = fheap[0]
         fpos[r] = -1
         n -= 1
         if n > 0:
-            _fheap_down(0, fheap[n], n, fkey, fpos, fheap)
+            _heap_down(0, fheap[n], n, fkey, fpos, fheap)
         cnt = r_cnt[r]
         if cnt == 0:
             continue
@@ -273,12 +278,12 @@ def fill(res, n_res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res
                     fkey[r2] = max(r_left[r2], 0.0) / r_cnt[r2]
                     k2 = fpos[r2]
                     if k2 < 0:
-                        _fheap_up(n, r2, fkey, fpos, fheap)
+                        _heap_up(n, r2, fkey, fpos, fheap)
                         n += 1
-                    elif k2 > 0 and _fkey_before(r2, fheap[(k2 - 1) >> 1], fkey):
-                        _fheap_up(k2, r2, fkey, fpos, fheap)
+                    elif k2 > 0 and _before(r2, fheap[(k2 - 1) >> 1], fkey):
+                        _heap_up(k2, r2, fkey, fpos, fheap)
                     else:
-                        _fheap_down(k2, r2, n, fkey, fpos, fheap)
+                        _heap_down(k2, r2, n, fkey, fpos, fheap)
         r_cnt[r] = 0
     for i in range(n):
         fpos[fheap[i]] = -1
@@ -571,39 +576,6 @@ def _slot(t, fbits, ibits, mask):
 
 
 @njit(cache=True, _nrt=False)
-def _bheap_up(k, b, bheap, bpos, bt):
-    while k > 0:
-        up = (k - 1) >> 1
-        p = bheap[up]
-        if not bt[b] < bt[p]:
-            break
-        bheap[k] = p
-        bpos[p] = k
-        k = up
-    bheap[k] = b
-    bpos[b] = k
-
-
-@njit(cache=True, _nrt=False)
-def _bheap_down(k, b, n, bheap, bpos, bt):
-    while True:
-        child = 2 * k + 1
-        if child >= n:
-            break
-        if child + 1 < n and bt[bheap[child + 1]] < bt[bheap[child]]:
-            child += 1
-        d = bheap[child]
-        if not bt[d] < bt[b]:
-            break
-        bheap[k] = d
-        pos_d = k
-        bpos[d] = pos_d
-        k = child
-    bheap[k] = b
-    bpos[b] = k
-
-
-@njit(cache=True, _nrt=False)
 def _bucket_free(b, flows):
     """Bucket ``b`` (empty, or emptied by the caller) leaves the hash table and the heap."""
     (_b_of, _nxt, _prv, bt, bhead, btail, bcnt, bpos, bheap, bfree, table, meta, fbits,
@@ -629,10 +601,10 @@ def _bucket_free(b, flows):
     k = bpos[b]
     if k < n:
         last = bheap[n]
-        if k > 0 and bt[last] < bt[bheap[(k - 1) >> 1]]:
-            _bheap_up(k, last, bheap, bpos, bt)
+        if k > 0 and _before(last, bheap[(k - 1) >> 1], bt):
+            _heap_up(k, last, bt, bpos, bheap)
         else:
-            _bheap_down(k, last, n, bheap, bpos, bt)
+            _heap_down(k, last, n, bt, bpos, bheap)
     bhead[b] = -1
     btail[b] = -1
     bcnt[b] = 0
@@ -668,7 +640,7 @@ def _bucket_of(t, flows):
     btail[b] = -1
     bcnt[b] = 0
     meta[_M_NB] += 1
-    _bheap_up(meta[_M_NB] - 1, b, bheap, bpos, bt)
+    _heap_up(meta[_M_NB] - 1, b, bt, bpos, bheap)
     meta[_M_LAST] = b
     return b
 
