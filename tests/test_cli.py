@@ -143,7 +143,7 @@ def test_time_budget_stops_a_long_run_with_one_line(capsys):
 
 
 def test_engine_choices_are_the_engines_and_methods():
-    from simulator.cli_args import ENGINE_CHOICES
+    from simulator.cli.args import ENGINE_CHOICES
     from simulator.collective import ENGINES
     from simulator.engine.dispatch import METHOD_NAMES
 

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.calibrate import calibrate, calibrated_overrides, nelder_mead, split_points
+from simulator.comparison.calibrate import calibrate, calibrated_overrides, nelder_mead, split_points
 from simulator.cli import main
 from simulator.collective import bus_factor, run_collective
-from simulator.compare import SIZE_BANDS, compare, mape_failures, size_band, summarise
+from simulator.comparison.collective import SIZE_BANDS, compare, mape_failures, size_band, summarise
 from simulator.errors import ConfigError
 from simulator.measure.nccl_tests import (parse_nccl_tests_json, parse_nccl_tests_log,
                                           read_nccl_tests)

@@ -131,7 +131,7 @@ def test_transfer_estimate_is_the_schedule_length(algorithm, collective, options
 
 def test_out_of_memory_is_one_line(monkeypatch, capsys):
     """An allocation no estimate covers still ends as one line, not a traceback."""
-    import simulator.cli as cli
+    import simulator.cli.commands as cli
 
     def exhausted(_args):
         raise MemoryError

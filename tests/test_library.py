@@ -245,7 +245,7 @@ def test_cli_library_mistakes_are_one_line(capsys, argv, needle):
 
 
 def test_compare_nccl_beats_ideal_on_the_dgx_a100_file(tmp_path):
-    from simulator.compare import compare, summarise
+    from simulator.comparison.collective import compare, summarise
     from simulator.measure.schema import read_measurements
     from pathlib import Path
 
@@ -315,7 +315,7 @@ def _synthetic(graph, gpus, scale, launch="mpi"):
 
 
 def test_calibrate_library_recovers_latency_and_bandwidth_scales(tmp_path):
-    from simulator.calibrate_library import calibrate_library
+    from simulator.comparison.calibrate_library import calibrate_library
 
     measured = _synthetic(A100_2, 16, {"latency": 1.5, "bandwidth": 0.8})
     result = calibrate_library(measured, "dgx-a100-2node", fit_fraction=0.5, seed=1,
@@ -330,7 +330,7 @@ def test_calibrate_library_recovers_latency_and_bandwidth_scales(tmp_path):
     assert calibrated.graph["library_settings"]["scale"]["latency"] == pytest.approx(
         result.settings["scale"]["latency"])
     # the calibrated preset carries its library into compare
-    from simulator.compare import compare
+    from simulator.comparison.collective import compare
 
     again = compare(measured, calibrated)
     assert again["abs_error_pct"].mean() < 2.0

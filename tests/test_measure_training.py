@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from simulator.compare_training import compare_training
+from simulator.comparison.training import compare_training
 from simulator.measure.schema import read_training
 from simulator.topology import load_topology
 from simulator.workload.models import get_model

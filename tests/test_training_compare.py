@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from simulator.compare_training import (compare_training, mape_failures, model_name, select,
+from simulator.comparison.training import (compare_training, mape_failures, model_name, select,
                                         summarise_training)
 from simulator.errors import ConfigError
 from simulator.measure.schema import read_training

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from simulator.measure.schema import read_training
-from simulator.validation import tf_benchmarks_k80
+from simulator.comparison.validation import tf_benchmarks_k80
 
 DATA = Path(__file__).parent / "data" / "training" / "train_tf_benchmarks_2017_ps_vs_replicated.csv"
 

@@ -1,6 +1,6 @@
 """Plots of measured against simulated points (matplotlib, Agg), each saved as PNG and SVG.
 
-They read the tables of :mod:`simulator.compare` (``compare`` points) and, for training, two
+They read the tables of :mod:`simulator.comparison.collective` (``compare`` points) and, for training, two
 tables in the training schema (:data:`~simulator.measure.schema.TRAINING_COLUMNS`). Measured
 values are drawn as markers, simulated ones as lines of the same colour, so agreement reads as
 markers sitting on their line. :data:`COMPARE_PLOTS` lists the plots of compared points by name.

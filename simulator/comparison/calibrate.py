@@ -35,7 +35,7 @@ the data cannot tell apart, by Nelder-Mead (Lagarias et al. 1998 coefficients; a
 few hundred simulations of <= 30 points).
 
 The points are split into a fit set and a held-out set, deterministically from ``seed`` and
-stratified by size band (:data:`~simulator.compare.SIZE_BANDS`), and the report gives the MAPE
+stratified by size band (:data:`~simulator.comparison.collective.SIZE_BANDS`), and the report gives the MAPE
 on the held-out points before and after. The result is a preset YAML (same format as
 ``topologies/*.yaml``) with the adjusted parameters and the fit recorded in ``sources``.
 ``auto`` points are resolved once with the tuner on the preset and keep that algorithm while
@@ -54,11 +54,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import __version__
-from .config import read_text_file
-from .compare import SIZE_BANDS, compare, size_band, summarise
-from .errors import ConfigError, unknown_name
-from .measure.schema import COLLECTIVE_COLUMNS, check_frame
+from .. import __version__
+from ..config import read_text_file
+from .collective import SIZE_BANDS, compare, size_band, summarise
+from ..errors import ConfigError, unknown_name
+from ..measure.schema import COLLECTIVE_COLUMNS, check_frame
 
 __all__ = ["Calibration", "FitParameter", "LINK_CLASSES", "calibrate", "calibrated_overrides",
            "nelder_mead", "split_points"]
@@ -125,8 +125,8 @@ class FitParameter:
 
 def _preset(topology: str) -> tuple[dict, str, str, tuple]:
     """(raw params, builder, description, sources) of a preset name, builder name or file."""
-    from .topology.builders import BUILDERS
-    from .topology.presets import preset_names, read_preset
+    from ..topology.builders import BUILDERS
+    from ..topology.presets import preset_names, read_preset
 
     if topology in BUILDERS:
         return {}, topology, f"the {topology} builder's defaults", ()
@@ -137,7 +137,7 @@ def _preset(topology: str) -> tuple[dict, str, str, tuple]:
     elif Path(topology).is_file():
         text, origin = read_text_file(topology), topology
     else:
-        from .topology import list_topologies
+        from ..topology import list_topologies
 
         raise unknown_name("topology (or path to a YAML file)", topology, list_topologies())
     spec = read_preset(text, origin)
@@ -145,7 +145,7 @@ def _preset(topology: str) -> tuple[dict, str, str, tuple]:
 
 
 def _raw_value(builder: str, raw_params: dict, name: str):
-    from .topology.builders import BUILDERS
+    from ..topology.builders import BUILDERS
 
     if name in raw_params:
         return raw_params[name]
@@ -211,7 +211,7 @@ def calibrated_overrides(topology: str, factors: dict, graph_loader=None) -> dic
     dict
         Builder parameter overrides in SI units, for ``graph_loader(topology, overrides)``.
     """
-    from .topology import load_topology
+    from ..topology import load_topology
 
     loader = graph_loader or load_topology
     raw, builder, _, _ = _preset(topology)
@@ -344,7 +344,7 @@ class Calibration:
 
     def write(self, path) -> Path:
         """Write :meth:`preset_yaml` to ``path`` atomically."""
-        from .report.output import write_text
+        from ..report.output import write_text
 
         return write_text(Path(path), self.preset_yaml())
 
@@ -358,8 +358,8 @@ def _latency_text(value: float) -> str:
 
 
 def _resolve_auto(points: pd.DataFrame, graph) -> pd.DataFrame:
-    from .collective import run_collective
-    from .tuner import choose_algorithm
+    from ..collective import run_collective
+    from ..tuner import choose_algorithm
 
     points = points.copy()
     chosen = {}
@@ -410,7 +410,7 @@ def calibrate(measured: pd.DataFrame, graph_loader=None, topology_name: str = ""
     -------
     Calibration
     """
-    from .topology import load_topology
+    from ..topology import load_topology
 
     check_frame(measured, COLLECTIVE_COLUMNS)
     loader = graph_loader or load_topology

@@ -1,6 +1,6 @@
 """Published training-scaling measurements, simulated with the presets.
 
-A use of :func:`simulator.compare_training.compare_training` with the settings a published
+A use of :func:`simulator.comparison.training.compare_training` with the settings a published
 benchmark states, so the same point-by-point comparison ``clustersim compare`` prints backs the
 regression tests. Each function takes the measured rows (a :func:`~simulator.measure.schema.
 read_training` frame of the public CSV layout of ``../shared/measurements``, a copy of which the
@@ -14,9 +14,9 @@ import dataclasses
 
 import pandas as pd
 
-from .compare_training import compare_training, default_ps, model_name, select
-from .topology import load_topology
-from .workload.frameworks import parse_framework
+from .training import compare_training, default_ps, model_name, select
+from ..topology import load_topology
+from ..workload.frameworks import parse_framework
 
 #: Parameter servers per model, as the TensorFlow benchmark page states for its p2.8xlarge
 #: runs: "InceptionV3: 8 instances / 6 parameter servers; ResNet-50: (batch size 32) 8

@@ -27,8 +27,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from .errors import ClusterSimError, ConfigError
-from .measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame
+from ..errors import ClusterSimError, ConfigError
+from ..measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame
 
 __all__ = ["POINT_COLUMNS", "SIZE_BANDS", "compare", "mape_failures", "size_band", "summarise"]
 
@@ -108,10 +108,10 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         For a point the topology cannot run (more GPUs than endpoints, an algorithm without the
         collective), naming the file and line of the point.
     """
-    from .collective import run_collective
-    from .library import default_library, get_library, graph_settings
-    from .library.launch import launch_from_notes, parse_launch
-    from .library.machine import machine_facts
+    from ..collective import run_collective
+    from ..library import default_library, get_library, graph_settings
+    from ..library.launch import launch_from_notes, parse_launch
+    from ..library.machine import machine_facts
 
     check_frame(measured, COLLECTIVE_COLUMNS)
     if slices < 1:
@@ -234,7 +234,7 @@ def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float,
                   by: str = "size_band", label: str = "size band",
                   metric: str = "MAPE") -> list[str]:
     """One message per group of ``summary[by]`` (and overall) whose MAPE exceeds
-    ``max_mape_pct``: size bands for collective points; :mod:`simulator.compare_training`
+    ``max_mape_pct``: size bands for collective points; :mod:`simulator.comparison.training`
     passes ``by="arch"`` and ``metric="speedup MAPE"``."""
     failures = []
     for row in summary[by].itertuples(index=False):

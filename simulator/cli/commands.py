@@ -18,11 +18,11 @@ import sys
 
 import pandas as pd
 
-from . import __version__
-from .errors import ClusterSimError, ConfigError
-from .cli_args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
+from .. import __version__
+from ..errors import ClusterSimError, ConfigError
+from .args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
                        library_args)
-from .units import format_bandwidth, format_size, parse_size
+from ..units import format_bandwidth, format_size, parse_size
 
 EXIT_USAGE = 2
 
@@ -35,13 +35,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _load(args):
-    from .topology import load_topology
+    from ..topology import load_topology
 
     return load_topology(args.topology, _params(args.param))
 
 
 def _algorithms(spec: str, collective: str) -> list[str]:
-    from .schedules import ALGORITHMS
+    from ..schedules import ALGORITHMS
 
     if spec == "all":
         return [a.name for a in ALGORITHMS.values()
@@ -57,7 +57,7 @@ def _algorithms(spec: str, collective: str) -> list[str]:
 
 def _primary_names() -> list[str]:
     """Registered names minus aliases (an alias shares its builder with an earlier name)."""
-    from .schedules import ALGORITHMS
+    from ..schedules import ALGORITHMS
 
     seen, names = set(), []
     for algo in ALGORITHMS.values():
@@ -84,7 +84,7 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
     """``--option KEY=VALUE`` pairs, routed to the algorithms that accept each key."""
     import yaml
 
-    from .schedules import get_algorithm
+    from ..schedules import get_algorithm
 
     values = {}
     for key, text in _params(pairs).items():
@@ -107,8 +107,8 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
 
 
 def cmd_collective(args) -> int:
-    from .collective import RESULT_COLUMNS, run_collective
-    from .library import get_library, graph_settings
+    from ..collective import RESULT_COLUMNS, run_collective
+    from ..library import get_library, graph_settings
 
     graph = _load(args)
     sizes = [parse_size(s, what="--size") for s in args.size]
@@ -123,7 +123,7 @@ def cmd_collective(args) -> int:
     ps_opts = _ps_options(args)
     extra = _algo_options(args.option, algorithms)
     if args.algorithm == "all":
-        from .collective import missing_hardware
+        from ..collective import missing_hardware
 
         skipped = [f"{a} ({missing_hardware(graph, a)})" for a in algorithms
                    if missing_hardware(graph, a)]
@@ -131,13 +131,13 @@ def cmd_collective(args) -> int:
         if skipped:
             print(f"all: skipped {', '.join(skipped)}", file=sys.stderr)
     if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":
-        from .collective import free_hosts
+        from ..collective import free_hosts
 
         if free_hosts(graph, args.gpus) < ps_opts["servers"]:
             ps_opts["placement"] = "colocated"
             print("all: no free host for a dedicated parameter server on this topology; "
                   "the ps rows use colocated servers", file=sys.stderr)
-    from .collective import default_engine
+    from ..collective import default_engine
 
     engine = args.engine or default_engine()
     rows = []
@@ -204,9 +204,9 @@ def format_table(frame: pd.DataFrame) -> str:
 def cmd_run(args) -> int:
     from pathlib import Path
 
-    from .report.output import published, staged_output, write_csv, write_resolved
-    from .report.plots import WORKLOAD_PLOTS
-    from .scenario import load_scenario, run_scenario, run_study
+    from ..report.output import published, staged_output, write_csv, write_resolved
+    from ..report.plots import WORKLOAD_PLOTS
+    from ..scenario import load_scenario, run_scenario, run_study
 
     scenario = load_scenario(args.scenario)
     out = Path(args.output or Path("out") / scenario.name)
@@ -215,7 +215,7 @@ def cmd_run(args) -> int:
                           f"{scenario.workload}")
     registry = WORKLOAD_PLOTS[scenario.workload]
     if scenario.study is not None:
-        from .report.tables import STUDY_TABLES
+        from ..report.tables import STUDY_TABLES
 
         result = run_study(scenario)
         frame = result.frame
@@ -243,10 +243,10 @@ def cmd_run(args) -> int:
 
 def _write_traces(scenario, out) -> list:
     """Chrome trace, link heatmap and Gantt chart of the scenario's representative points."""
-    from .records import compute_frame, link_timeline, transfers_frame
-    from .report.plots import gantt, link_heatmap
-    from .report.trace import write_trace
-    from .scenario import simulate_point, trace_points
+    from ..records import compute_frame, link_timeline, transfers_frame
+    from ..report.plots import gantt, link_heatmap
+    from ..report.trace import write_trace
+    from ..scenario import simulate_point, trace_points
 
     graph = scenario.graph()
     written = []
@@ -337,19 +337,19 @@ def _consistency(text: str) -> dict:
 def cmd_train(args) -> int:
     from pathlib import Path
 
-    from .report.output import write_csv
-    from .report.plots import TRAINING_PLOTS
-    from .workload.models import get_model
-    from .workload.compression import parse_compression
-    from .workload.sweep import PRECISIONS, TrainingSpec, run_training
-    from .workload.training import PsConfig
+    from ..report.output import write_csv
+    from ..report.plots import TRAINING_PLOTS
+    from ..workload.models import get_model
+    from ..workload.compression import parse_compression
+    from ..workload.sweep import PRECISIONS, TrainingSpec, run_training
+    from ..workload.training import PsConfig
 
     graph = _load(args)
     models = tuple(m.strip() for m in args.model.split(",") if m.strip())
     for m in models:
         get_model(m)
     aggregations = tuple(a.strip() for a in args.aggregation.split(",") if a.strip())
-    from .workload.sweep import is_aggregation
+    from ..workload.sweep import is_aggregation
 
     for a in aggregations:
         if not is_aggregation(a):
@@ -361,9 +361,9 @@ def cmd_train(args) -> int:
         raise ConfigError(f"--batch-per-gpu must be >= 1, got {args.batch_per_gpu}")
     if args.compute and not Path(args.compute).is_file():
         raise ConfigError(f"--compute: file {args.compute!r} not found")
-    from .units import parse_throughput
-    from .workload.frameworks import parse_framework
-    from .workload.ps_impls import get_ps_impl
+    from ..units import parse_throughput
+    from ..workload.frameworks import parse_framework
+    from ..workload.ps_impls import get_ps_impl
 
     compression = parse_compression(args.compression) if args.compression else None
     compressed = compression is not None and not compression.identity
@@ -390,7 +390,7 @@ def cmd_train(args) -> int:
     else:
         _emit(frame, args.format)
     if args.output:
-        from .report.output import published, staged_output
+        from ..report.output import published, staged_output
 
         out = Path(args.output)
         with staged_output(out) as stage:
@@ -404,7 +404,7 @@ def cmd_train(args) -> int:
 def _training_library(args, graph, compressed: bool = False):
     """``--library`` of ``train``: the topology's default (``nccl`` on GPU clusters) unless
     asked; each bucket's protocol is the library's choice."""
-    from .library import training_library
+    from ..library import training_library
 
     if args.protocol:
         raise ConfigError("--protocol: train lets the library choose each bucket's protocol")
@@ -417,7 +417,7 @@ def _training_library(args, graph, compressed: bool = False):
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweep
+    from ..sweep import run_sweep
 
     frame = run_sweep(args.scenario, args.output, workers=args.workers, scheduler=args.scheduler,
                       progress=not args.quiet)
@@ -426,7 +426,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_topology(args) -> int:
-    from .topology import describe, list_topologies
+    from ..topology import describe, list_topologies
 
     if args.action == "list":
         for name in list_topologies():
@@ -434,7 +434,7 @@ def cmd_topology(args) -> int:
         return 0
     if not args.name:
         raise ConfigError("topology show needs a NAME_OR_FILE")
-    from .topology import load_topology
+    from ..topology import load_topology
 
     graph = load_topology(args.name, _params(args.param))
     info = describe(graph)
@@ -459,11 +459,11 @@ def cmd_topology(args) -> int:
 def cmd_schema(args) -> int:
     from pathlib import Path
 
-    from .grammar import json_schema
+    from ..grammar import json_schema
 
     text = json_schema(args.kind) + "\n"
     if args.output:
-        from .report.output import write_text
+        from ..report.output import write_text
 
         print(f"wrote {write_text(Path(args.output), text)}", file=sys.stderr)
     else:
@@ -472,7 +472,7 @@ def cmd_schema(args) -> int:
 
 
 def cmd_algorithms(_args) -> int:
-    from .schedules import ALGORITHMS
+    from ..schedules import ALGORITHMS
 
     for algo in ALGORITHMS.values():
         opts = ", ".join(algo.options()) or "-"
@@ -620,9 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("algorithms", help="list registered algorithms")
     a.set_defaults(func=cmd_algorithms)
-    from .measure.cli import add_measure_parser
+    from ..measure.cli import add_measure_parser
     add_measure_parser(sub)
-    from .compare_cli import add_compare_parsers
+    from .compare import add_compare_parsers
     add_compare_parsers(sub)
     return parser
 
@@ -642,8 +642,8 @@ def main(argv=None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        from .engine.runner import wall_budget
-        from .guard import set_memory_limit
+        from ..engine.runner import wall_budget
+        from ..guard import set_memory_limit
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130
@@ -658,7 +658,7 @@ def main(argv=None) -> int:
     except MemoryError:
         # the guard's estimates (guard.py) refuse the known big allocations before they are
         # made; this is what one they do not cover ends as
-        from .guard import memory_limit_bytes
+        from ..guard import memory_limit_bytes
 
         print(f"clustersim: error: out of memory: this request needs more memory than this "
               f"machine could give (the guard's limit is "
@@ -670,5 +670,5 @@ def main(argv=None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

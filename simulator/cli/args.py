@@ -1,11 +1,11 @@
 """Command-line pieces that more than one command's module uses: ``--param`` pairs, algorithm
-names, and the collective-library flags. :mod:`simulator.cli` and :mod:`simulator.compare_cli`
+names, and the collective-library flags. :mod:`.commands` and :mod:`.compare`
 both build on this module, and it on neither.
 """
 
 from __future__ import annotations
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: ``--engine`` values: the engines, then the fast methods a name forces
 #: (``collective.ENGINES``, kept equal by tests/test_cli.py; spelled out here so that building
@@ -26,8 +26,8 @@ def _params(pairs: list[str]) -> dict[str, str]:
 
 def check_algorithm(name: str) -> None:
     """A registered algorithm, or one a library adds (``nvls``); else the error listing both."""
-    from .library.nccl import NCCL_ALGORITHM
-    from .schedules import ALGORITHMS, get_algorithm
+    from ..library.nccl import NCCL_ALGORITHM
+    from ..schedules import ALGORITHMS, get_algorithm
 
     if name in NCCL_ALGORITHM and name not in ALGORITHMS:
         return
@@ -52,14 +52,14 @@ def add_library_arguments(parser) -> None:
 
 def library_args(args, graph) -> dict:
     """The library keyword arguments of ``run_collective``/``compare`` from parsed flags."""
-    from .library import LIBRARIES, default_library
-    from .library.launch import parse_launch
-    from .library.nccl import _protocol
-    from .library.nccl_constants import get_version
+    from ..library import LIBRARIES, default_library
+    from ..library.launch import parse_launch
+    from ..library.nccl import _protocol
+    from ..library.nccl_constants import get_version
 
     name = args.library or default_library(graph)
     if name not in LIBRARIES:
-        from .errors import unknown_name
+        from ..errors import unknown_name
 
         raise unknown_name("library (--library)", name, LIBRARIES)
     protocol = None if args.protocol in (None, "auto") else _protocol(args.protocol)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 EXIT_MAPE_EXCEEDED = 1
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
@@ -26,8 +26,8 @@ _LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
 
 def read_points(path: str) -> pd.DataFrame:
     """Collective points from a CSV (either layout) or an nccl-tests log / JSON document."""
-    from .measure.nccl_tests import read_nccl_tests
-    from .measure.schema import read_measurements
+    from ..measure.nccl_tests import read_nccl_tests
+    from ..measure.schema import read_measurements
 
     if Path(path).suffix.lower() in _LOG_SUFFIXES:
         return read_nccl_tests(path)
@@ -37,14 +37,14 @@ def read_points(path: str) -> pd.DataFrame:
 def _topology_groups(args, measured: pd.DataFrame):
     """(topology, params, points) to compare: --topology, else the scenario's, else the CSV's
     ``topology`` column (one group per value)."""
-    from .cli_args import _params
-    from .compare_training import subset_rows
+    from .args import _params
+    from ..comparison.training import subset_rows
 
     params = _params(args.param)
     if args.topology:
         return [(args.topology, params, measured)]
     if args.scenario:
-        from .scenario import load_scenario
+        from ..scenario import load_scenario
 
         scenario = load_scenario(args.scenario)
         return [(scenario.topology, {**scenario.topology_params, **params}, measured)]
@@ -63,7 +63,7 @@ def _topology_groups(args, measured: pd.DataFrame):
 def _scenario_slices(args) -> int | None:
     if not args.scenario:
         return None
-    from .scenario import load_scenario
+    from ..scenario import load_scenario
 
     sweep = load_scenario(args.scenario).collective
     return sweep.slices if sweep is not None else None
@@ -71,7 +71,7 @@ def _scenario_slices(args) -> int | None:
 
 def format_points(points: pd.DataFrame) -> str:
     """Human table of compared points."""
-    from .units import format_size
+    from ..units import format_size
 
     if points.empty:
         return "(no points)"
@@ -130,9 +130,9 @@ def is_training_file(path: str) -> bool:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare, mape_failures, summarise
-    from .report.compare_plots import COMPARE_PLOTS
-    from .topology import load_topology
+    from ..comparison.collective import compare, mape_failures, summarise
+    from ..report.compare_plots import COMPARE_PLOTS
+    from ..topology import load_topology
 
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
@@ -149,7 +149,7 @@ def cmd_compare(args) -> int:
     slices = args.slices or _scenario_slices(args) or 1
     if slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {slices}")
-    from .cli_args import check_algorithm, library_args
+    from .args import check_algorithm, library_args
 
     if args.algorithm and args.algorithm != "auto":
         check_algorithm(args.algorithm)
@@ -178,7 +178,7 @@ def cmd_compare(args) -> int:
 def _publish(output: str, points: pd.DataFrame, summary: dict, plots) -> None:
     """Write ``compare.csv``, ``mape.csv`` and ``plots(stage)``'s files to ``output``, all or
     nothing."""
-    from .report.output import published, staged_output, write_csv
+    from ..report.output import published, staged_output, write_csv
 
     out = Path(output)
     with staged_output(out) as stage:
@@ -204,15 +204,15 @@ def _gate(max_mape: float | None, failures: list[str], groups: str) -> int:
 def cmd_compare_training(args) -> int:
     """``compare`` on a training table: per-point throughput and speedup, speedup MAPE by
     arch, model and GPU count; ``--max-mape`` on the speedup MAPE of every arch."""
-    from .cli_args import library_args
-    from .library import training_library
-    from .compare_training import (compare_training, format_training_points,
+    from .args import library_args
+    from ..library import training_library
+    from ..comparison.training import (compare_training, format_training_points,
                                    format_training_summary, mape_failures, select,
                                    summarise_training)
-    from .measure.schema import read_training
-    from .report.compare_plots import speedup_measured_vs_simulated
-    from .topology import load_topology
-    from .workload.frameworks import parse_framework
+    from ..measure.schema import read_training
+    from ..report.compare_plots import speedup_measured_vs_simulated
+    from ..topology import load_topology
+    from ..workload.frameworks import parse_framework
 
     for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
         if value:
@@ -223,8 +223,8 @@ def cmd_compare_training(args) -> int:
     if args.ps_impl not in (None, "auto"):
         import dataclasses
 
-        from .compare_training import default_ps
-        from .workload.ps_impls import get_ps_impl
+        from ..comparison.training import default_ps
+        from ..workload.ps_impls import get_ps_impl
 
         impl = get_ps_impl(args.ps_impl).name
         ps = lambda record: dataclasses.replace(default_ps(record), impl=impl)  # noqa: E731
@@ -268,9 +268,9 @@ def _progress(evaluations: int, value: float) -> None:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import calibrate
-    from .cli_args import _params, library_args
-    from .topology import load_topology
+    from ..comparison.calibrate import calibrate
+    from .args import _params, library_args
+    from ..topology import load_topology
 
     if not args.out.endswith((".yaml", ".yml")):
         raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
@@ -301,8 +301,8 @@ def cmd_calibrate(args) -> int:
 
 
 def _calibrate_library(args, measured, lib) -> int:
-    from .calibrate_library import calibrate_library
-    from .cli_args import _params
+    from ..comparison.calibrate_library import calibrate_library
+    from .args import _params
 
     result = calibrate_library(measured, args.topology, params=_params(args.param),
                                fit_fraction=args.fit_fraction, seed=args.seed,
@@ -329,7 +329,7 @@ def _calibrate_library(args, measured, lib) -> int:
 
 def add_compare_parsers(subparsers) -> None:
     """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
-    from .cli_args import add_library_arguments
+    from .args import add_library_arguments
 
     c = subparsers.add_parser(
         "compare", help="simulate measured points (CSV, nccl-tests log/JSON) and report errors")

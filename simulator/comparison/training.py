@@ -34,7 +34,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .errors import ClusterSimError, ConfigError
+from ..errors import ClusterSimError, ConfigError
 
 #: Model names of measurement files (lower case, without spaces, dashes, dots and brackets)
 #: -> model registry names. A name not here that is a registry name is taken as it is.
@@ -62,7 +62,7 @@ POINT_COLUMNS = (
 
 def model_name(text: str, where: str = "") -> str:
     """The registry name of a measurement file's model name."""
-    from .workload.models import MODELS
+    from ..workload.models import MODELS
 
     key = re.sub(r"[\s\-_.()\[\]]", "", str(text).lower())
     if key in MODEL_ALIASES:
@@ -88,8 +88,8 @@ def default_ps(record: dict, base=None):
     host; the implementation
     (gRPC, ps-lite, BytePS) follows the framework text (:func:`~simulator.workload.ps_impls.
     detect_ps_impl`)."""
-    from .workload.ps_impls import detect_ps_impl
-    from .workload.training import PsConfig
+    from ..workload.ps_impls import detect_ps_impl
+    from ..workload.training import PsConfig
 
     text = str(record.get("framework", ""))
     if base is None and "dedicated server" in text.lower():
@@ -148,9 +148,9 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         :func:`~simulator.workload.sweep.contention`); default: the row's ``cores`` column
         (written by ``clustersim measure training``), else none.
     """
-    from .library import resolve_library
-    from .workload.frameworks import detect_framework
-    from .workload.sweep import TrainingSpec
+    from ..library import resolve_library
+    from ..workload.frameworks import detect_framework
+    from ..workload.sweep import TrainingSpec
 
     if anchor not in ANCHORS:
         raise ConfigError(f"anchor must be one of {', '.join(ANCHORS)}, got {anchor!r}")
@@ -253,7 +253,7 @@ def _count(value) -> int | None:
 
 
 def _simulate(cache: dict, graph, spec, model: str, kind: str, gpus: int) -> dict:
-    from .workload.sweep import run_training_point
+    from ..workload.sweep import run_training_point
 
     key = (spec, model, kind, gpus)
     if key not in cache:
@@ -289,7 +289,7 @@ def summarise_training(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def mape_failures(summary: dict[str, pd.DataFrame], max_mape_pct: float) -> list[str]:
     """One message per arch (and overall) whose speedup MAPE exceeds ``max_mape_pct``."""
-    from .compare import mape_failures as failures
+    from .collective import mape_failures as failures
 
     return failures(summary, max_mape_pct, by="arch", label="arch", metric="speedup MAPE")
 

@@ -14,7 +14,7 @@ express with three numbers:
     the host's launch time per GPU and call, which paces back-to-back calls of small messages.
 
 :func:`calibrate_library` fits them on a share of a measured file (split stratified by size
-band, :func:`simulator.calibrate.split_points`) by minimising the mean absolute log error
+band, :func:`simulator.comparison.calibrate.split_points`) by minimising the mean absolute log error
 ``mean |ln(simulated / measured)|`` with Nelder-Mead over their base-2 logarithms, and reports
 the MAPE on the held-out points before and after. A parameter the fit points cannot see (its
 doubling moves no fit point by 1 %) keeps its source value. The result is the topology preset
@@ -30,12 +30,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import __version__
+from .. import __version__
 from .calibrate import _preset, nelder_mead, record_context, split_points
-from .compare import SIZE_BANDS, compare, summarise
-from .errors import ConfigError
-from .library.launch import LAUNCH_COSTS
-from .measure.schema import COLLECTIVE_COLUMNS, check_frame
+from .collective import SIZE_BANDS, compare, summarise
+from ..errors import ConfigError
+from ..library.launch import LAUNCH_COSTS
+from ..measure.schema import COLLECTIVE_COLUMNS, check_frame
 
 #: The fitted constants: (name, where in the settings, source value).
 PARAMETERS = (("latency", "scale", 1.0), ("bandwidth", "scale", 1.0),
@@ -75,7 +75,7 @@ class LibraryCalibration:
 
     def write(self, path) -> Path:
         """Write the calibrated preset YAML atomically."""
-        from .report.output import write_text
+        from ..report.output import write_text
 
         return write_text(Path(path), yaml.safe_dump(self.preset, sort_keys=False, width=100,
                                                      allow_unicode=True))
@@ -93,7 +93,7 @@ def calibrate_library(measured: pd.DataFrame, topology: str, *, params: dict | N
                       max_evaluations: int = 150, launch=None, version=None,
                       progress=None) -> LibraryCalibration:
     """Fit the ``nccl`` library's latency and bandwidth scales and launch cost (see module)."""
-    from .topology import load_topology
+    from ..topology import load_topology
 
     check_frame(measured, COLLECTIVE_COLUMNS)
     graph = load_topology(topology, dict(params or {}))
