@@ -94,6 +94,11 @@ def _rows():
         "NVIDIA Tesla V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 TFLOPS tensor, 900 GB/s "
         "HBM2, 32 GB, 300 W.")
     yield Device(
+        "v100-sxm3-32gb", "gpu", 15.7e12, 125e12, 900e9, 32 * _GiB, 350.0,
+        "NVIDIA DGX-2 datasheet (2018): 16x Tesla V100 32 GB (SXM3), 2 PFLOPS tensor for the "
+        "system = 125 TFLOPS per GPU, 512 GB HBM2 in all; V100 SXM: 15.7 TFLOPS FP32, 900 GB/s "
+        "HBM2 (V100 datasheet). 350 W per SXM3 module (DGX-2 system architecture whitepaper).")
+    yield Device(
         "a100-sxm4-40gb", "gpu", 19.5e12, 312e12, 1555e9, 40 * _GiB, 400.0,
         "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB): 19.5 TFLOPS FP32, 312 TFLOPS FP16 "
         "tensor (dense; 624 with sparsity), 1,555 GB/s HBM2, 400 W.")
@@ -146,6 +151,12 @@ def _rows():
         "cores at 2.2 GHz base, AVX2 with two FMA units (32 FP32 FLOP/cycle/core) = 1.41 TFLOPS "
         "per socket; 4 channels DDR4-2400 = 76.8 GB/s per socket; 135 W per socket. 512 GB as in "
         "the NVIDIA DGX-1 datasheet.")
+    yield Device(
+        "cpu-xeon-8168-2s", "cpu", 8.294e12, 8.294e12, 256e9, 1536 * _GiB, 410.0,
+        "2x Intel Xeon Platinum 8168 (the NVIDIA DGX-2 CPUs; DGX-2 datasheet, 1.5 TB memory), "
+        "Intel ARK: 24 cores at 2.7 GHz base, AVX-512 with two FMA units (64 FP32 "
+        "FLOP/cycle/core) = 4.15 TFLOPS per socket; 6 channels DDR4-2666 = 128 GB/s per socket; "
+        "205 W per socket.")
     yield Device(
         "cpu-epyc-7742-2s", "cpu", 9.216e12, 9.216e12, 409.6e9, 1024 * _GiB, 450.0,
         "2x AMD EPYC 7742 (the NVIDIA DGX A100 CPUs), AMD product page: 64 cores at 2.25 GHz base, "
