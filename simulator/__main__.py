@@ -9,7 +9,8 @@ def _terminate(_signum, _frame):
     raise KeyboardInterrupt
 
 
-signal.signal(signal.SIGTERM, _terminate)
+if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+    signal.signal(signal.SIGTERM, _terminate)
 try:
     from .cli import main
 except KeyboardInterrupt:

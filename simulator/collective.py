@@ -237,9 +237,9 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     """
     if engine not in ENGINES:
         raise unknown_name("engine", engine, ENGINES)
-    n = len(endpoints(graph)) if gpus is None else int(gpus)
-    if n < 1:
-        raise ConfigError(f"--gpus must be >= 1, got {n}")
+    from .guard import check_gpus
+
+    n = len(endpoints(graph)) if gpus is None else check_gpus(graph, gpus)
     lib = resolve_library("ideal" if library is None else library, graph)
     requested = algorithm
     if algorithm == "auto" and lib.name == "ideal":

@@ -11,11 +11,15 @@ size, e.g. ``8GiB``), by default half of this machine's RAM.
 * :func:`check_schedule`: a schedule's transfers (its columns keep 60 bytes per transfer;
   building peaks near 360), before it is built or sliced;
 * :func:`check_event_run`: what the SimPy event engine keeps per transfer (about 570 bytes) and
-  per chunk access of its dependency graph.
+  per chunk access of its dependency graph;
+* :func:`check_gpus` and :func:`check_servers`: a GPU or parameter-server count is checked
+  against the built topology before anything is sized by it (``--gpus 1000000000`` on an
+  8-GPU machine is one line at once, never a billion-entry list).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 
@@ -66,6 +70,19 @@ def set_memory_limit(limit_bytes: int | None) -> None:
     if limit_bytes is not None and limit_bytes <= 0:
         raise ConfigError(f"--max-memory must be positive, got {limit_bytes}")
     _limit = limit_bytes
+
+
+@contextlib.contextmanager
+def memory_limit(limit_bytes: int | None):
+    """:func:`set_memory_limit` for the length of a block (a command), then the limit that was
+    in force before it, even when the new one is refused."""
+    global _limit
+    previous = _limit
+    try:
+        set_memory_limit(limit_bytes)
+        yield
+    finally:
+        _limit = previous
 
 
 def _int(params: dict, defaults: dict, key: str) -> int:
@@ -131,3 +148,59 @@ def check_event_run(transfers: int, chunk_accesses: int) -> None:
                       transfers * EVENT_BYTES + chunk_accesses * ACCESS_BYTES,
                       "use --engine auto (the exact fast methods keep far less), fewer ranks "
                       "or fewer slices")
+
+
+def grow_hint(graph, scenario: bool = False) -> str:
+    """How to ask for a larger topology of ``graph``'s builder: the parameter to raise, as a
+    command-line ``--param`` (or, with ``scenario``, a scenario's ``topology.params``)."""
+    params = graph.graph.get("params") or {}
+    builder = graph.graph.get("builder")
+    if builder == "gpu_cluster":
+        key, per = "nodes", f", {params.get('gpus_per_node', '?')} GPUs per node"
+    elif builder == "star":
+        key, per = "hosts", ""
+    elif builder == "fat_tree":
+        key, per = "leaves", f", {params.get('hosts_per_leaf', '?')} hosts per leaf"
+    else:
+        return "or a larger topology"
+    where = f"topology.params.{key}: N" if scenario else f"--param {key}=N"
+    return f"or a larger topology ({where}{per})"
+
+
+def check_gpus(graph, gpus, what: str = "--gpus", scenario: bool = False) -> int:
+    """``gpus`` as an int, refused (one line, nothing allocated) unless ``1 <= gpus <=`` the
+    topology's GPUs (its endpoints); the message says how many it has and how to get more."""
+    from .topology.graph import endpoints
+
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        try:
+            gpus = int(gpus)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{what} must be a whole number of GPUs, got {gpus!r}") from None
+    if gpus < 1:
+        raise ConfigError(f"{what} must be >= 1, got {gpus}")
+    eps = endpoints(graph)
+    if gpus > len(eps):
+        raise ConfigError(f"{what} {gpus:,} is more than the {_count(graph, eps)} of topology "
+                          f"{graph.graph.get('name', '')!r}; ask for at most {len(eps):,}, "
+                          f"{grow_hint(graph, scenario)}")
+    return gpus
+
+
+def _count(graph, eps) -> str:
+    """``8 GPUs`` (or ``8 hosts`` on a topology without GPUs)."""
+    kind = graph.nodes[eps[0]].get("kind", "gpu") if eps else "gpu"
+    return f"{len(eps):,} {'GPUs' if kind == 'gpu' else 'hosts'}"
+
+
+def check_servers(graph, servers: int, what: str = "--ps-servers") -> None:
+    """Refuse more colocated parameter servers than the topology has GPUs (more than one per
+    GPU beside the workers means nothing), before anything is sized by the count. (Dedicated
+    servers are counted against the free hosts where they are placed.)"""
+    from .topology.graph import endpoints
+
+    eps = endpoints(graph)
+    if servers > len(eps):
+        raise ConfigError(f"{what} {servers:,} is more than the {_count(graph, eps)} of "
+                          f"topology {graph.graph.get('name', '')!r}; ask for at most "
+                          f"{len(eps):,}")

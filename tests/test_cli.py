@@ -112,6 +112,28 @@ def test_algorithm_all_lists_every_algorithm_and_auto_picks_the_fastest(capsys):
         assert "auto: chose" in err
 
 
+def test_algorithm_all_runs_what_the_library_can_and_names_the_rest(capsys):
+    """On one DGX A100 NCCL has no CollNet (no SHARP fabric) and no NVLS tree (one Ampere
+    machine): "all" runs the others and says why those two were skipped."""
+    code, out, err = run_cli(capsys, "collective", "--topology", "dgx-a100", "--algorithm",
+                             "all", "--size", "64KiB", "--format", "json")
+    assert code == 0, err
+    names = {r["algorithm"] for r in json.loads(out)}
+    assert {"ring", "tree", "direct", "ps"} <= names
+    assert not names & {"collnet", "nvls_tree"}
+    skipped = [line for line in err.splitlines() if line.startswith("all: skipped")]
+    assert len(skipped) == 1 and "collnet (CollNet needs" in skipped[0]
+    assert "nvls_tree (NVLS tree needs" in skipped[0]
+
+
+def test_algorithm_all_with_nothing_runnable_is_one_line(capsys):
+    code, out, err = run_cli(capsys, "collective", "--topology", "pcie-4x-consumer",
+                             "--algorithm", "all", "--protocol", "LL128", "--size", "1MiB")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "--algorithm all: no algorithm can run allreduce" in err
+    assert "ring, tree, double_binary_tree (LL128 is enabled on NVLink machines" in err
+
+
 def test_ps_rows_name_the_server_link_as_bottleneck(capsys):
     code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=65",
                            "--gpus", "64", "--algorithm", "ring,ps", "--size", "256MiB")

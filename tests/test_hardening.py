@@ -68,6 +68,10 @@ def test_max_memory_is_the_limit(capsys):
     code, _out, err = run(capsys, "--max-memory", "0", "collective", "--topology", "star",
                           "--size", "1MiB")
     one_line_error(code, err, "--max-memory must be positive")
+    # the limit was this command's: the process's (here, later tests') is as before
+    from simulator.guard import machine_memory_bytes, memory_limit_bytes
+
+    assert memory_limit_bytes() == machine_memory_bytes() // 2
 
 
 def test_slices_and_ranks_refused_before_the_schedule_is_built(capsys):
@@ -192,8 +196,14 @@ def test_interrupted_run_leaves_complete_results_or_none(tmp_path, sig):
                         "collective: {collective: allreduce, algorithms: [ring, "
                         "halving_doubling], sizes: [1GiB, 2GiB, 4GiB], slices: 8}\n")
     out = tmp_path / "out"
+
+    def default_signals():   # the child's Ctrl-C as in a terminal, even if this process ignores it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     proc = subprocess.Popen([sys.executable, "-m", "simulator", "run", str(scenario), "-o",
-                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_signals)
     time.sleep(2.0)
     proc.send_signal(getattr(signal, sig))
     _out, err = proc.communicate(timeout=60)
@@ -207,7 +217,24 @@ def test_interrupted_run_leaves_complete_results_or_none(tmp_path, sig):
     assert "results.csv" not in leftovers or (out / "results.csv").read_text().count("\n") > 1
 
 
-def test_a_signal_during_a_compiled_kernel_is_delivered_after_it():
+@pytest.fixture
+def signal_handlers():
+    """Sets SIGINT and SIGTERM to the given handlers for one test and puts back what the
+    process had (a job started in the background by a shell begins with SIGINT ignored)."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def set_handlers(sigint, sigterm=signal.SIG_DFL):
+        signal.signal(signal.SIGINT, sigint)
+        signal.signal(signal.SIGTERM, sigterm)
+
+    yield set_handlers
+    for sig, handler in saved.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def test_a_signal_during_a_compiled_kernel_is_delivered_after_it(signal_handlers):
     """Ctrl-C inside a kernel call is held until its results are Python objects, then raised
     (raised while numba boxed them, it left a broken tuple: a segmentation fault)."""
     import os
@@ -215,6 +242,7 @@ def test_a_signal_during_a_compiled_kernel_is_delivered_after_it():
 
     from simulator.engine.common import interrupts_deferred
 
+    signal_handlers(signal.default_int_handler)
     reached = []
     with pytest.raises(KeyboardInterrupt):
         with interrupts_deferred():
@@ -223,6 +251,57 @@ def test_a_signal_during_a_compiled_kernel_is_delivered_after_it():
             reached.append("after the signal")
     assert reached == ["after the signal"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_signal_stays_ignored_and_the_others_are_still_delivered(signal_handlers):
+    """With Ctrl-C ignored from the start (a background job), a kernel call leaves it ignored,
+    and a SIGTERM that arrives with it still reaches its handler (it was dropped behind the
+    ignored Ctrl-C)."""
+    import os
+    import signal
+
+    from simulator.engine.common import interrupts_deferred
+
+    terms = []
+    signal_handlers(signal.SIG_IGN, lambda signum, _frame: terms.append(signum))
+    with interrupts_deferred():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert terms == []                    # held until the block ends
+    assert terms == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_every_held_signal_is_delivered_even_when_the_first_raises(signal_handlers):
+    import os
+    import signal
+
+    from simulator.engine.common import interrupts_deferred
+
+    terms = []
+    signal_handlers(signal.default_int_handler, lambda signum, _frame: terms.append(signum))
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+    assert terms == [signal.SIGTERM]
+
+
+def test_main_in_process_puts_back_the_signal_handlers(signal_handlers, capsys):
+    """``main`` called from Python (tests, notebooks) leaves the caller's SIGTERM handler."""
+    import signal
+
+    def mine(_signum, _frame):
+        pass
+
+    signal_handlers(signal.default_int_handler, mine)
+    code, _out, _err = run(capsys, "algorithms")
+    assert code == 0
+    assert signal.getsignal(signal.SIGTERM) is mine
 
 
 def test_staged_output_is_all_or_nothing(tmp_path):
@@ -238,3 +317,72 @@ def test_staged_output_is_all_or_nothing(tmp_path):
         write_text(stage / "results.csv", "a\n1\n")
         write_text(stage / "sub" / "trace.json", "{}")
     assert sorted(p.name for p in out.rglob("*")) == ["results.csv", "sub", "trace.json"]
+
+
+_ABSURD_COUNTS = r'''
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))   # a wrong fix fails, not swaps
+from simulator.cli import main
+from simulator.errors import ConfigError
+B = "1000000000"
+scenario, out = sys.argv[1], sys.argv[2]
+results = []
+for argv in (["train", "--topology", "dgx-a100", "--model", "resnet50", "--gpus", B,
+              "--aggregation", "ring"],
+             ["train", "--topology", "dgx-a100", "--model", "resnet50", "--gpus", "100000",
+              "--aggregation", "ring"],
+             ["collective", "--topology", "dgx-a100", "--gpus", B, "--size", "1MiB"],
+             ["train", "--topology", "star", "--device", "v100-sxm2-16gb", "--model",
+              "resnet50", "--gpus", "2", "--aggregation", "ps", "--ps-servers", B,
+              "--ps-placement", "colocated"],
+             ["run", scenario, "-o", out + "/run"],
+             ["sweep", scenario, "-o", out + "/sweep.csv"]):
+    start = time.perf_counter()
+    code = main(argv)
+    results.append([argv[0], code, time.perf_counter() - start])
+from simulator.topology import load_topology
+from simulator.workload.sweep import TrainingSpec, run_training_point
+start = time.perf_counter()
+try:
+    run_training_point(load_topology("dgx-a100"), TrainingSpec(models=("resnet50",),
+                       batch_per_gpu=32, gpus=(10**9,), aggregations=("ring",)),
+                       "resnet50", "ring", 10**9)
+    results.append(["api", 0, 0.0])
+except ConfigError as exc:
+    results.append(["api: " + str(exc), 2, time.perf_counter() - start])
+print(json.dumps(results))
+'''
+
+
+def test_absurd_gpu_counts_are_refused_at_once_on_every_command(tmp_path):
+    """A count larger than the topology is one line naming how many it has and how to get
+    more, before anything is sized by it: --gpus 1000000000 used to grow until the kernel
+    killed it. Run under a 4 GiB address-space limit so a regression fails instead of
+    swapping."""
+    import json
+    import subprocess
+    import sys
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: dgx-a100\ntraining:\n  models: resnet50\n"
+                        "  gpus: [1, 1000000000]\n  aggregations: ring\n")
+    proc = subprocess.run([sys.executable, "-c", _ABSURD_COUNTS, str(scenario), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    errors = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr
+    assert [code for _name, code, _s in results] == [2] * 7, (results, errors)
+    assert max(seconds for _name, _code, seconds in results) < 10, results
+    assert len(errors) == 6, errors
+    assert errors[0] == ("clustersim: error: --gpus 1,000,000,000 is more than the 8 GPUs of "
+                         "topology 'dgx-a100'; ask for at most 8, or a larger topology "
+                         "(--param nodes=N, 8 GPUs per node)")
+    assert "--gpus 100,000 is more than the 8 GPUs" in errors[1]
+    assert "--gpus 1,000,000,000 is more than the 8 GPUs" in errors[2]
+    assert "--ps-servers 1,000,000,000 is more than the 8 hosts of topology 'star'" in errors[3]
+    for line in errors[4:]:       # run and sweep: the file, the line, the scenario's key
+        assert f"{scenario}:4: training.gpus 1,000,000,000 is more than the 8 GPUs" in line
+        assert "topology.params.nodes: N" in line
+    assert "gpus 1,000,000,000 is more than the 8 GPUs" in results[6][0]
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep.csv").exists()

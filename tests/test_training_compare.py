@@ -2,6 +2,7 @@
 tables: hand-derived buckets, exact anchoring, and comparisons whose numbers move with inputs."""
 
 import io
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,80 @@ def test_measured_single_gpu_anchor_changes_the_throughput_not_its_definition():
     one = anchored[anchored["gpus"] == 1]
     assert one["simulated_img_s"].iloc[0] == pytest.approx(one["measured_img_s"].iloc[0])
     assert modelled["simulated_img_s"].iloc[0] != pytest.approx(one["measured_img_s"].iloc[0])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("mixed precision", "amp"), ("AMP", "amp"), ("FP16 (mixed)", "amp"), ("mixed16", "amp"),
+    ("Mixed Precision (AMP)", "amp"), ("mixed_float16", "amp"), ("amp", "amp"),
+    ("FP16 compute, FP32 master weights", "amp"), ("TF32", "fp32"), ("fp32", "fp32"),
+    ("Single precision", "fp32"), ("BF16", "bf16"), ("bf16 (mixed)", "bf16"),
+    ("mixed_bfloat16", "bf16"), ("FP16", "fp16"), ("  fp16.", "fp16"),
+])
+def test_precision_spellings_of_papers_and_vendor_tables(text, expected):
+    from simulator.comparison.training import precision_name
+
+    assert precision_name(text) == expected
+
+
+@pytest.mark.parametrize("text, word", [("quarter precision", "'quarter' not understood"),
+                                        ("FP8 (Transformer Engine)", "'fp8' is a format"),
+                                        ("precision", "names no precision")])
+def test_a_precision_not_understood_names_the_word(text, word):
+    from simulator.comparison.training import precision_name
+
+    with pytest.raises(ConfigError, match=re.escape(word)):
+        precision_name(text)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("BERT-large pretraining (LAMB), seq len 128", "bert_large:seq128"),
+    ("BERT-base pretraining", "bert_base"), ("ResNet-50 v1.5", "resnet50"),
+    ("ResNet-50 v1b (gluon-cv)", "resnet50"), ("ResNet-50 v1.5 (TF32)", "resnet50"),
+    ("GPT-2 XL, sequence length 512", "gpt2_xl:seq512"), ("bert_large", "bert_large"),
+    ("InceptionV3", "inception_v3"), ("small_cnn", "small_cnn"),
+])
+def test_model_names_followed_by_words(text, expected):
+    assert model_name(text) == expected
+
+
+@pytest.mark.parametrize("text, word", [("GoogLeNet", "'googlenet' not understood"),
+                                        ("ResNet-18", "'18' not understood"),
+                                        ("ResNet-50, seq len 128", "'seq len 128' not "
+                                                                   "understood"),
+                                        ("BERT-large, seq len 1024", "1..512")])
+def test_a_model_not_understood_names_the_word(text, word):
+    with pytest.raises(ConfigError, match=re.escape(word)):
+        model_name(text)
+
+
+def test_a_sequence_length_is_simulated_at_that_length():
+    long, short = get_model("bert_large"), get_model("bert_large:seq128")
+    assert short.params == long.params
+    assert short.forward_flops < long.forward_flops / 4
+    with pytest.raises(ConfigError, match="NAME:seqN"):
+        get_model("resnet50:seq128")
+
+
+def test_compare_reads_the_spellings_of_a_vendor_table(tmp_path, capsys):
+    """The issue's table: precision 'mixed precision' and a model followed by words, on the
+    command line; a row it cannot read says which word."""
+    from simulator.cli import main
+
+    table = pd.read_csv(DLPERF)
+    rows = table[table["framework"].str.contains("Horovod") & table["model"].str.contains("BERT")
+                 & (table["precision"] == "AMP") & table["gpus"].isin([1, 8])].head(2)
+    assert len(rows) == 2
+    rows = rows.assign(precision="mixed precision",
+                       model="BERT-base pretraining (LAMB), seq len 128")
+    odd = rows.head(1).assign(precision="quarter precision")
+    path = tmp_path / "vendor.csv"
+    pd.concat([rows, odd]).to_csv(path, index=False)
+    assert main(["compare", str(path), "--topology", "dgx1-v100"]) == 0
+    out, err = capsys.readouterr()
+    assert "skipped" in err and "'quarter' not understood" in err
+    assert len([l for l in err.splitlines() if "skipped" in l]) == 1
+    points = compare_training(read_training(path), load_topology("dgx1-v100"))
+    assert len(points) == 2 and set(points["precision"]) == {"amp"}
 
 
 def test_select_errors_name_the_column():

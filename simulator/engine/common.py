@@ -68,13 +68,13 @@ class FastResult:
 
     def bottleneck(self, graph: nx.DiGraph) -> tuple[str, float]:
         """Most utilised resource over the run and its utilisation, as the engine's rows."""
-        from ..records import _describe_resource
+        from ..records import describe_resource
 
         best_name, best_util = "", 0.0
         rows = []
         for key, cap, carried in self.links:
             util = carried / (cap * self.time_s) if self.time_s > 0 else 0.0
-            rows.append((-util, _describe_resource(graph, key)[0]))
+            rows.append((-util, describe_resource(graph, key)[0]))
         if rows:
             neg, best_name = min(rows)
             best_util = -neg
@@ -208,23 +208,39 @@ def interrupts_deferred():
     kernel's result tuple, and a ``KeyboardInterrupt`` raised there leaves a broken tuple
     (a segmentation fault when it is unpacked: seen with Ctrl-C during ``clustersim run``).
     Here a signal that arrives is only noted, and delivered again, to the handler it was
-    meant for, once the results are Python objects. Outside the main thread (where handlers
-    cannot be set) nothing changes.
+    meant for, once the results are Python objects: each signal that arrived, once, in the
+    order they came. A signal that is ignored (``SIG_IGN``, e.g. Ctrl-C in a job started in
+    the background by a shell) or whose handler was not set from Python is left as it is, so
+    it stays ignored. Outside the main thread (where handlers cannot be set) nothing changes.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
-                for sig in held}
+
+    def note(signum, _frame):
+        if signum not in caught:
+            caught.append(signum)
+
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler is None or handler is signal.SIG_IGN:
+            continue                       # ignored, or set outside Python: leave it so
+        previous[sig] = signal.signal(sig, note)
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if caught:
-            signal.raise_signal(caught[0])
+        first_error = None
+        for sig in caught:                 # every one delivered, even if a handler raises
+            try:
+                signal.raise_signal(sig)
+            except BaseException as exc:   # e.g. KeyboardInterrupt: raised after the rest
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
 
 
 def numba_available() -> bool:

@@ -26,5 +26,10 @@ class IdealLibrary:
         return Plan(library=self.name, algorithm=algorithm, label=algorithm, protocol="",
                     channels=0, graph=graph)
 
+    def unavailable(self, graph, collective: str, algorithm: str, gpus: int, *,
+                    protocol: str | None = None) -> str:
+        """Bare wires run every registered schedule: always ``""``."""
+        return ""
+
     def describe(self) -> str:
         return self.summary

@@ -9,7 +9,8 @@ size), required
     ``algorithm`` (a registered algorithm or ``auto``: whatever the library chose), ``gpus``,
     ``size_bytes``, ``time_us``, ``algbw_GBps``, ``busbw_GBps``. Times and bandwidths follow
     nccl-tests: ``time_us`` is the out-of-place time, algbw = size / time, busbw = algbw x the
-    bus factor (:func:`~simulator.collective.bus_factor`), GB = 1e9 bytes.
+    bus factor (:func:`~simulator.collective.bus_factor`), GB = 1e9 bytes; a row needs only one
+    of the three (:func:`complete_timing` derives the others).
 and optional (:data:`COLLECTIVE_OPTIONAL`)
     ``time_std_us``, ``iterations``, ``backend`` (``nccl``, ``gloo``, ...), ``device`` (GPU or
     CPU model), ``network``, ``bandwidth_bytes_per_s`` (the shaped link rate of a measured
@@ -46,8 +47,9 @@ from simulator.errors import ConfigError
 
 __all__ = [
     "COLLECTIVE_COLUMNS", "COLLECTIVE_OPTIONAL", "NCCL_COLLECTIVES", "NCCL_CSV_COLUMNS",
-    "TRAINING_COLUMNS", "TRAINING_OPTIONAL", "check_frame", "empty_collective_frame",
-    "nccl_algorithm", "nccl_collective", "read_measurements", "read_training",
+    "TIMING_COLUMNS", "TRAINING_COLUMNS", "TRAINING_OPTIONAL", "check_frame",
+    "complete_timing", "empty_collective_frame", "nccl_algorithm", "nccl_collective",
+    "read_measurements", "read_training",
 ]
 
 #: The simulator's algorithm for a library's own all-reduce (``algorithm: library`` rows of
@@ -139,6 +141,48 @@ def nccl_algorithm(text: str) -> str:
                       f"'default (NCCL auto)'")
 
 
+# --- timing columns -----------------------------------------------------------------------------
+
+#: The nccl-tests timing columns; any one of them gives the other two.
+TIMING_COLUMNS = ("time_us", "algbw_GBps", "busbw_GBps")
+
+
+def complete_timing(collective: str, gpus: int, size_bytes: int, time_us: float,
+                    algbw_GBps: float, busbw_GBps: float) -> tuple[float, float, float]:
+    """``(time_us, algbw_GBps, busbw_GBps)`` with the absent ones (NaN) derived from one that is
+    given, by the nccl-tests definitions: algbw = size / time (GB = 1e9 bytes), busbw = algbw x
+    :func:`~simulator.collective.bus_factor` of the collective over ``gpus`` ranks. Values given
+    are kept as they are. Raises ConfigError (without a place: the caller adds file and line)
+    when none is given, or when the one given cannot give a time."""
+    from simulator.collective import bus_factor
+
+    given = [not math.isnan(v) for v in (time_us, algbw_GBps, busbw_GBps)]
+    if all(given):
+        return time_us, algbw_GBps, busbw_GBps
+    factor = bus_factor(collective, gpus)
+    if not any(given):
+        raise ConfigError(f"columns {', '.join(map(repr, TIMING_COLUMNS))}: all empty; give one "
+                          f"of them (the others follow from size_bytes, gpus and the collective "
+                          f"as in nccl-tests)")
+    if given[0]:
+        time = time_us
+    elif given[1]:
+        if algbw_GBps <= 0:
+            raise ConfigError(f"column 'algbw_GBps': {algbw_GBps:g} gives no time (time_us is "
+                              f"empty)")
+        time = size_bytes / (algbw_GBps * 1e3)
+    else:
+        if busbw_GBps <= 0 or factor <= 0:
+            why = (f"{collective} on {gpus} rank(s) has bus factor 0" if factor <= 0
+                   else f"it is {busbw_GBps:g}")
+            raise ConfigError(f"column 'busbw_GBps' gives no time ({why}) and time_us and "
+                              f"algbw_GBps are empty")
+        time = size_bytes / (busbw_GBps / factor * 1e3)
+    algbw = algbw_GBps if given[1] else size_bytes / (time * 1e3)
+    busbw = busbw_GBps if given[2] else algbw * factor
+    return time, algbw, busbw
+
+
 # --- cell parsing -------------------------------------------------------------------------------
 
 class _Cells:
@@ -202,6 +246,18 @@ class _Cells:
             return nccl_collective(self.text(column))
         except ConfigError as exc:
             raise self.error(column, str(exc)) from None
+
+    def timing(self, row: dict) -> None:
+        """Read ``time_us``, ``algbw_GBps`` and ``busbw_GBps`` into ``row`` (which has its
+        collective, gpus and size_bytes): any one of them gives the other two."""
+        values = (self.number("time_us", required=False, positive=True),
+                  self.number("algbw_GBps", required=False, minimum=0),
+                  self.number("busbw_GBps", required=False, minimum=0))
+        try:
+            done = complete_timing(row["collective"], row["gpus"], row["size_bytes"], *values)
+        except ConfigError as exc:
+            raise ConfigError(f"{self.origin}:{self.line}: {exc}") from None
+        row.update(zip(TIMING_COLUMNS, done))
 
     def algorithm(self, column: str, nccl: bool) -> str:
         raw = self.text(column, required=not nccl)
@@ -297,10 +353,8 @@ def _our_collective_row(cells: _Cells) -> dict:
         "algorithm": cells.algorithm("algorithm", nccl=False),
         "gpus": cells.integer("gpus", minimum=1),
         "size_bytes": cells.integer("size_bytes", minimum=1),
-        "time_us": cells.number("time_us", positive=True),
-        "algbw_GBps": cells.number("algbw_GBps", minimum=0),
-        "busbw_GBps": cells.number("busbw_GBps", minimum=0),
     }
+    cells.timing(row)
     optional = {
         "time_std_us": lambda c: cells.number(c, required=False, minimum=0),
         "iterations": lambda c: cells.integer(c, required=False, minimum=1),
@@ -326,11 +380,9 @@ def _nccl_csv_row(cells: _Cells) -> dict | None:
         "algorithm": cells.algorithm("algo", nccl=True),
         "gpus": cells.integer("gpus", minimum=1),
         "size_bytes": size,
-        "time_us": cells.number("time_us", positive=True),
-        "algbw_GBps": cells.number("algbw_GBps", minimum=0),
-        "busbw_GBps": cells.number("busbw_GBps", minimum=0),
         "backend": "nccl",
     }
+    cells.timing(row)
     if "inplace_time_us" in cells.record:
         row["inplace_time_us"] = cells.number("inplace_time_us", required=False, positive=True)
     for ours, theirs in (("device", "gpu_model"), ("network", "inter_node"), ("dtype", "dtype"),

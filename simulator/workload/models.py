@@ -571,13 +571,30 @@ MODELS: dict[str, Callable[[], Model]] = {
 def get_model(name: str) -> Model:
     """The registered model called ``name`` (built once, then cached).
 
+    ``NAME:seqN`` is a sequence model at sequence length ``N`` (``bert_large:seq128``: BERT-large
+    as pre-trained at 128 tokens) for the models whose builder takes ``seq_len``.
+
     Raises
     ------
     ConfigError
-        If ``name`` is not registered; the message lists the valid names.
+        If ``name`` is not registered (the message lists the valid names), or names a sequence
+        length a model does not take.
     """
+    base, variant = name, ""
+    if isinstance(name, str) and ":" in name:
+        base, variant = name.split(":", 1)
     try:
-        builder = MODELS[name]
+        builder = MODELS[base]
     except (KeyError, TypeError):
         raise unknown_name("model", name, MODELS) from None
-    return builder()
+    if not variant:
+        return builder()
+    import inspect
+    import re
+
+    match = re.fullmatch(r"seq(\d+)", variant)
+    if match is None or "seq_len" not in inspect.signature(builder).parameters:
+        takes = [n for n, b in MODELS.items() if "seq_len" in inspect.signature(b).parameters]
+        raise ConfigError(f"model {name!r}: the only variant is NAME:seqN, a sequence length, "
+                          f"for {', '.join(takes)}")
+    return builder(seq_len=int(match[1]))
