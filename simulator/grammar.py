@@ -533,6 +533,83 @@ class HybridSection(Section):
             raise Invalid(str(exc), *((bad,) if bad else ())) from None
 
 
+def _llm_models():
+    from .workload.llm.registry import LLM_MODELS
+    return LLM_MODELS
+
+
+def _choices(name: str):
+    def get():
+        from .workload.llm import layout
+        return {value: value for value in getattr(layout, name)}
+    return get
+
+
+class LlmSection(Section):
+    """A hybrid-parallel training step of a transformer: every list sweeps."""
+
+    model: one_of(_llm_models)
+    device: Device | None = Field(None, description="default: the topology's GPU")
+    tp: listed(Count) = [1]
+    cp: listed(Count) = [1]
+    ep: listed(Count) = [1]
+    pp: listed(Count) = [1]
+    dp: listed(Count) | None = Field(
+        None, description="default: the GPUs of the topology / (tp x cp x pp)")
+    virtual_stages: listed(Count) = [1]
+    micro_batch: listed(Count) = [1]
+    global_batch: listed(Count)
+    pipeline: listed(one_of(_choices("PIPELINE_KINDS"))) = ["1f1b"]
+    sequence_parallel: listed(bool) = [False]
+    zero_stage: listed(Annotated[int, Field(ge=0, le=3)]) = [0]
+    recompute: listed(one_of(_choices("RECOMPUTE"))) = ["none"]
+    precision: listed(one_of(_choices("PRECISIONS"))) = ["bf16"]
+    bucket: listed(Annotated[Size, AfterValidator(_positive_size)]) | None = Field(
+        None, description="gradient bucket (default: Megatron-Core's max(40M, 1M x dp) "
+                          "parameters of fp32 gradients)")
+    distributed_optimizer: bool = False
+    fsdp: bool = False
+    tp_overlap: bool = False
+    order: str = Field("tp-cp-ep-dp-pp", description="rank order, fastest-varying first")
+
+
+def _ranks(value):
+    """Endpoint indices: ``"0-15"``, ``"0-7,16-23"``, a list of integers, or a count."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, list)):
+        raise Invalid(f"expected indices like '0-15', a list of integers or a count, got "
+                      f"{described(value)}")
+    if isinstance(value, list) and not all(isinstance(v, int) and not isinstance(v, bool)
+                                           for v in value):
+        raise Invalid("expected a list of integer endpoint indices")
+    return value
+
+
+class JobSection(Section):
+    """One collective loop of a ``jobs:`` scenario, on its own ranks."""
+
+    name: str
+    collective: one_of(_collectives) = "allreduce"
+    algorithm: Annotated[str, PlainValidator(_algorithm_name, json_schema_input_type=str)] = \
+        "ring"
+    size: Annotated[Size, AfterValidator(_positive_size)]
+    ranks: Annotated[Any, PlainValidator(_ranks, json_schema_input_type=Union[str, int,
+                                                                               list[int]])]
+    iterations: Count = 1
+
+    @model_validator(mode="after")
+    def _implemented(self):
+        from .schedules import get_algorithm
+
+        try:
+            algo = get_algorithm(self.algorithm)
+        except ClusterSimError as exc:
+            raise Invalid(str(exc), "algorithm") from None
+        if self.collective not in algo.collectives:
+            raise Invalid(f"{self.algorithm} does not implement {self.collective}; it "
+                          f"implements {', '.join(algo.collectives)}", "algorithm")
+        return self
+
+
 def _optimizers():
     from .workload.time_to_train import CONVERGENCE
     return CONVERGENCE
@@ -582,7 +659,8 @@ class ReportSection(Section):
 
 
 #: The workload sections; a scenario has exactly one.
-WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train")
+WORKLOADS = ("collective", "training", "zero", "pipeline", "hybrid", "time_to_train", "llm",
+             "jobs")
 
 
 class Scenario(Section):
@@ -602,6 +680,9 @@ class Scenario(Section):
     pipeline: PipelineSection | None = None
     hybrid: HybridSection | None = None
     time_to_train: TimeToTrainSection | None = None
+    llm: LlmSection | None = None
+    jobs: listed(JobSection) | None = Field(
+        None, description="collective loops run together on one fabric")
     report: ReportSection = Field(default_factory=ReportSection)
 
     @property

@@ -67,7 +67,12 @@ def transfers_frame(runs) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[list(TRANSFER_COLUMNS)]
 
 
-def _describe_resource(graph, key):
+def describe_resource(graph, key):
+    """``(name, u, v, kind)`` of a network resource key: a link ``(u, v)``, a device
+    ``("node", n)``, or a spread of parallel links ``("spread", label, links)``."""
+    if isinstance(key, tuple) and key[0] == "spread":    # routing="ideal": parallel links
+        u, v = key[2][0]
+        return f"{key[1]} (spread over {len(key[2])})", u, v, graph.edges[u, v].get("kind", "")
     if isinstance(key, tuple) and len(key) == 2 and key[0] != "node":
         u, v = key
         return f"{u}->{v}", u, v, graph.edges[u, v].get("kind", "")
@@ -79,7 +84,7 @@ def links_frame(engine, span_s: float) -> pd.DataFrame:
     """Per-resource records of an engine, with average utilisation over ``span_s``."""
     rows = []
     for key, cap, carried, busy in engine.network.link_table():
-        name, u, v, kind = _describe_resource(engine.graph, key)
+        name, u, v, kind = describe_resource(engine.graph, key)
         util = carried / (cap * span_s) if span_s > 0 else 0.0
         rows.append((name, u, v, kind, cap, carried, busy, util))
     return pd.DataFrame(rows, columns=list(LINK_COLUMNS))
@@ -122,7 +127,7 @@ def link_timeline(engine) -> pd.DataFrame:
         count = int(keep.sum())
         if not count:
             continue
-        name, u, v, kind = _describe_resource(engine.graph, key)
+        name, u, v, kind = describe_resource(engine.graph, key)
         cap = net.capacity[r]
         columns["link"] += [name] * count
         columns["src"] += [u] * count

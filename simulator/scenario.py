@@ -95,7 +95,7 @@ class Scenario:
         from .topology import load_topology
 
         try:
-            return load_topology(self.topology, self.topology_params)
+            graph = load_topology(self.topology, self.topology_params)
         except ClusterSimError as exc:
             message = str(exc)
             named = [k for k in self.topology_params if k in message]
@@ -103,6 +103,33 @@ class Scenario:
             line = self.lines.get(path) or self.lines.get(("topology",))
             where = f"{self.origin}:{line}" if line else self.origin
             raise type(exc)(f"{where}: {'.'.join(path)}: {message}") from None
+        self.check_counts(graph)
+        return graph
+
+    def check_counts(self, graph) -> None:
+        """The workload's GPU counts against the built topology, before any is run: one
+        larger than the topology names the file, the line and how to get more GPUs."""
+        from .errors import ConfigError
+        from .guard import check_gpus
+
+        spec = self.collective or self.training or self.study
+        places = [((self.workload,), spec)]           # (key path, object with gpus)
+        places += [((self.workload, "studies", j), study)
+                   for j, study in enumerate(getattr(spec, "studies", None) or ())]
+        for path, holder in places:
+            counts = getattr(holder, "gpus", None)
+            listed = isinstance(counts, (tuple, list))
+            for i, count in enumerate(counts if listed else (counts,)):
+                if count is None:
+                    continue
+                try:
+                    check_gpus(graph, count, what=".".join(map(str, path + ("gpus",))),
+                               scenario=True)
+                except ConfigError as exc:
+                    line = (self.lines.get(path + ("gpus", i)) if listed else None) \
+                        or self.lines.get(path + ("gpus",)) or self.lines.get(path)
+                    where = f"{self.origin}:{line}" if line else self.origin
+                    raise ConfigError(f"{where}: {exc}") from None
 
     @property
     def workload(self) -> str:
@@ -201,9 +228,26 @@ def _time_to_train(section: grammar.TimeToTrainSection):
         precision=section.precision, device=section.device, bucket_bytes=section.bucket)
 
 
+def _llm(section: grammar.LlmSection):
+    """The ``llm:`` section: a :class:`~simulator.workload.llm.study.LlmStudy`."""
+    from .workload.llm.study import SWEPT, LlmStudy
+
+    values = {key: tuple(getattr(section, "bucket" if key == "bucket_bytes" else key) or (None,))
+              for key in SWEPT}
+    fixed = {key: getattr(section, key) for key in ("distributed_optimizer", "fsdp",
+                                                    "tp_overlap", "order")}
+    return LlmStudy(model=section.model, values=values, fixed=fixed, device=section.device)
+
+
+def _jobs(section: list):
+    """The ``jobs:`` section: its validated jobs (ranks are checked against the topology when
+    the scenario runs)."""
+    return tuple(section)
+
+
 #: Builders of the study sections (collective and training have their own fields).
 STUDY_PARSERS = {"zero": _zero, "pipeline": _pipeline, "hybrid": _hybrid,
-                 "time_to_train": _time_to_train}
+                 "time_to_train": _time_to_train, "llm": _llm, "jobs": _jobs}
 
 
 def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = None) -> Scenario:
@@ -300,6 +344,14 @@ def _study_columns(workload: str) -> tuple[str, ...]:
     from .workload.time_to_train import TIME_TO_TRAIN_COLUMNS
     from .workload.zero import ZERO_STUDY_COLUMNS
 
+    if workload == "llm":
+        from .workload.llm.study import LLM_STUDY_COLUMNS
+
+        return tuple(LLM_STUDY_COLUMNS)
+    if workload == "jobs":
+        from .workload.jobs import JOB_COLUMNS
+
+        return JOB_COLUMNS
     return {"zero": ZERO_STUDY_COLUMNS, "pipeline": PIPELINE_COLUMNS + ("equal_stages",),
             "hybrid": HYBRID_STUDY_COLUMNS, "time_to_train": TIME_TO_TRAIN_COLUMNS}[workload]
 
@@ -358,6 +410,37 @@ def _run_time_to_train(scenario: Scenario, graph, progress) -> StudyResult:
     return StudyResult(run_time_to_train(graph, scenario.study, progress))
 
 
+def _run_llm(scenario: Scenario, graph, progress) -> StudyResult:
+    from .workload.llm.study import run_llm_point
+
+    study = scenario.study
+    return StudyResult(pd.DataFrame(_each(study.points(), lambda p: run_llm_point(
+        graph, study, p), progress)))
+
+
+def _run_jobs(scenario: Scenario, graph, progress) -> StudyResult:
+    from .errors import ClusterSimError
+    from .topology import endpoints
+    from .workload.jobs import CollectiveJob, parse_ranks, run_jobs
+
+    total = len(endpoints(graph))
+    jobs = []
+    for i, job in enumerate(scenario.study):
+        line = scenario.lines.get(("jobs", i, "ranks")) or scenario.lines.get(("jobs", i))
+        where = f"{scenario.origin}:{line}" if line else scenario.origin
+        try:
+            ranks = parse_ranks(job.ranks, total, f"jobs.{i}.ranks")
+        except ClusterSimError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+        jobs.append(CollectiveJob(job.name, job.collective, job.algorithm, int(job.size),
+                                  ranks, job.iterations))
+    result = run_jobs(graph, jobs)
+    if progress:
+        for row in result.jobs.to_dict("records"):
+            progress(row)
+    return StudyResult(result.jobs, {"shared_links": result.shared_links})
+
+
 def _each(points, simulate, progress) -> list[dict]:
     """``simulate(point)`` for every point, reporting each row to ``progress``."""
     rows = []
@@ -369,7 +452,7 @@ def _each(points, simulate, progress) -> list[dict]:
 
 
 STUDY_RUNNERS = {"zero": _run_zero, "pipeline": _run_pipeline, "hybrid": _run_hybrid,
-                 "time_to_train": _run_time_to_train}
+                 "time_to_train": _run_time_to_train, "llm": _run_llm, "jobs": _run_jobs}
 
 
 def run_study(scenario: Scenario, progress=None) -> StudyResult:

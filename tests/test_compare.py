@@ -233,6 +233,65 @@ def test_schema_errors_name_file_line_column(tmp_path, lines, message):
         read_measurements(path)
 
 
+def test_any_one_timing_column_gives_the_others(tmp_path):
+    """nccl-tests definitions: algbw = size / time, busbw = algbw x bus factor (from the row's
+    collective and gpus); a row with none of the three is refused naming file, line, columns."""
+    size = 1 << 20
+    time_us = 100.0
+    algbw = size / (time_us * 1e3)
+    rows = {"allreduce": [f"{time_us},,", f",{algbw},", f",,{algbw * bus_factor('allreduce', 8)}"],
+            "allgather": [f",,{algbw * bus_factor('allgather', 8)}"],
+            "broadcast": [f",,{algbw}"]}
+    lines = [_HEADER] + [f"lab,star,{c},ring,8,{size},{cells}" for c, cells in rows.items()
+                         for cells in cells]
+    path = tmp_path / "points.csv"
+    path.write_text("\n".join(lines) + "\n")
+    frame = read_measurements(path)
+    assert np.allclose(frame["time_us"], time_us)
+    assert np.allclose(frame["algbw_GBps"], algbw)
+    assert np.allclose(frame["busbw_GBps"] / frame["algbw_GBps"],
+                       [bus_factor(c, 8) for c in frame["collective"]])
+    # the nccl-tests table layout too: the largest size keeps only its time
+    import csv
+
+    with open(TABLES / "nccl_deepops_dgxa100_2node_ib_ring.csv", newline="") as handle:
+        records = list(csv.DictReader(handle))
+    last = records[-1]
+    expected = {c: float(last[c]) for c in ("time_us", "algbw_GBps", "busbw_GBps")}
+    last.update(algbw_GBps="", busbw_GBps="")
+    table = tmp_path / "nccl.csv"
+    with open(table, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+    row = read_measurements(table).iloc[-1]
+    assert row["time_us"] == expected["time_us"]
+    assert row["algbw_GBps"] == pytest.approx(expected["algbw_GBps"], rel=0.01)
+    assert row["busbw_GBps"] == pytest.approx(expected["busbw_GBps"], rel=0.01)
+    # none of them, or one that gives no time: one line naming file, line and columns
+    for cells, message in ((",,", "columns 'time_us', 'algbw_GBps', 'busbw_GBps': all empty"),
+                           (",0,", "column 'algbw_GBps': 0 gives no time")):
+        path.write_text(f"{_HEADER}\n{lines[1]}\nlab,star,allreduce,ring,8,{size},{cells}\n")
+        with pytest.raises(ConfigError, match=rf"^{path}:3: {message}"):
+            read_measurements(path)
+    path.write_text(f"{_HEADER}\nlab,star,allreduce,ring,1,{size},,,0\n")
+    with pytest.raises(ConfigError, match=r":2: column 'busbw_GBps' gives no time \(allreduce "
+                                          r"on 1 rank\(s\) has bus factor 0\)"):
+        read_measurements(path)
+
+
+def test_compare_derives_the_time_of_a_frame_built_in_code():
+    graph = load_topology("star", {"hosts": 8})
+    measured = _synthetic(graph, [("allreduce", "ring", 8, 1 << 20)])
+    measured["time_us"] = np.nan                       # only the bandwidths given
+    points = compare(measured, graph)
+    assert points["abs_error_pct"].max() < 1e-6
+    measured["algbw_GBps"] = measured["busbw_GBps"] = np.nan
+    with pytest.raises(ConfigError, match="row 1: columns 'time_us', 'algbw_GBps', "
+                                          "'busbw_GBps': all empty"):
+        compare(measured, graph)
+
+
 def test_nccl_table_errors_name_line_and_column(tmp_path):
     src = (TABLES / "nccl_deepops_dgxa100_2node_ib_ring.csv").read_text().splitlines()
     src[5] = src[5].replace(",float,sum,128,32,40.52,", ",float,sum,-128,32,40.52,")
@@ -387,6 +446,34 @@ def test_cli_compare_writes_outputs_and_reads_logs(tmp_path, capsys):
     assert main(["compare", str(log), "--topology", "dgx-a100-2node", "--param", "nodes=2"]) == 0
     assert main(["compare", str(log)]) == 2        # no topology anywhere
     assert "no topology for this point" in capsys.readouterr().err
+
+
+def test_cli_collective_names_what_a_bare_log_measured(tmp_path, capsys):
+    """A raw log without the '# Collective test starting' line, under a name that says
+    nothing: compare and calibrate ask for --collective (naming the accepted values) and
+    take it."""
+    text = (LOGS / "broadcast_perf_new.log").read_text().splitlines(keepends=True)
+    log = tmp_path / "my_run.log"
+    log.write_text("".join(l for l in text if "Collective test starting" not in l))
+    cal = tmp_path / "cal.yaml"
+    for argv in (["compare", str(log), "--topology", "dgx-a100"],
+                 ["calibrate", str(log), "--topology", "dgx-a100", "--out", str(cal)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "cannot tell which collective" in err and "pass --collective NAME" in err
+        assert "allgather, allreduce, alltoall, broadcast, reduce, reduce_scatter" in err
+    assert main(["compare", str(log), "--topology", "dgx-a100", "--collective", "broadcast"]) == 0
+    assert " broadcast " in capsys.readouterr().out
+    assert main(["calibrate", str(log), "--topology", "dgx-a100", "--collective", "broadcast",
+                 "--out", str(cal), "--max-evaluations", "2", "--max-fit-points", "2"]) == 0
+    assert cal.exists()
+    capsys.readouterr()
+    assert main(["compare", str(log), "--topology", "dgx-a100", "--collective", "scan"]) == 2
+    assert "--collective: unknown collective 'scan'" in capsys.readouterr().err
+    assert main(["compare", str(TABLES / "nccl_deepops_dgxa100_2node_ib_ring.csv"),
+                 "--topology", "dgx-a100", "--collective", "allreduce"]) == 2
+    assert "--collective applies to nccl-tests logs" in capsys.readouterr().err
 
 
 def test_speedup_plot(tmp_path):

@@ -106,11 +106,44 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
     return routed
 
 
+def _runnable(graph, args, algorithms: list[str], library, protocol) -> list[str]:
+    """``--algorithm all``: the algorithms this machine and library can run; the others are
+    named on one stderr line with the reason, and none at all is an error."""
+    from ..collective import endpoints, missing_hardware
+    from ..library import resolve_library
+
+    lib = resolve_library(library, graph)
+    gpus = len(endpoints(graph)) if args.gpus is None else args.gpus
+    unavailable = getattr(lib, "unavailable", None)
+    reasons = {}
+    for name in algorithms:
+        reasons[name] = missing_hardware(graph, name) or (
+            unavailable(graph, args.collective, name, gpus, protocol=protocol)
+            if unavailable else "")
+    by_reason: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        if why:
+            by_reason.setdefault(why, []).append(name)
+    skipped = [f"{', '.join(names)} ({why})" for why, names in by_reason.items()]
+    runnable = [name for name, why in reasons.items() if not why]
+    where = f"{graph.graph.get('name') or 'this topology'} with library {lib.name}"
+    if not runnable:
+        raise ConfigError(f"--algorithm all: no algorithm can run {args.collective} on "
+                          f"{where}: {'; '.join(skipped) or 'none implements it'}")
+    if skipped:
+        print(f"all: skipped on {where}: {'; '.join(skipped)}", file=sys.stderr)
+    return runnable
+
+
 def cmd_collective(args) -> int:
     from ..collective import RESULT_COLUMNS, run_collective
     from ..library import get_library, graph_settings
 
     graph = _load(args)
+    if args.gpus is not None:
+        from ..guard import check_gpus
+
+        check_gpus(graph, args.gpus)
     sizes = [parse_size(s, what="--size") for s in args.size]
     if args.slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {args.slices}")
@@ -123,13 +156,7 @@ def cmd_collective(args) -> int:
     ps_opts = _ps_options(args)
     extra = _algo_options(args.option, algorithms)
     if args.algorithm == "all":
-        from ..collective import missing_hardware
-
-        skipped = [f"{a} ({missing_hardware(graph, a)})" for a in algorithms
-                   if missing_hardware(graph, a)]
-        algorithms = [a for a in algorithms if not missing_hardware(graph, a)]
-        if skipped:
-            print(f"all: skipped {', '.join(skipped)}", file=sys.stderr)
+        algorithms = _runnable(graph, args, algorithms, library, lib_args["protocol"])
     if args.algorithm == "all" and "ps" in algorithms and ps_opts["placement"] == "dedicated":
         from ..collective import free_hosts
 
@@ -334,6 +361,22 @@ def _consistency(text: str) -> dict:
                       f"(TAU >= 1), got {text!r}")
 
 
+def _overheads(args):
+    """``--jitter-cv``, ``--step-overhead``, ``--decode-per-sample``, ``--host-cores`` as a
+    :class:`~simulator.workload.overheads.TrainingOverheads` (None when all are off)."""
+    from ..units import parse_duration
+    from ..workload.overheads import TrainingOverheads
+
+    step = parse_duration(args.step_overhead, what="--step-overhead")
+    decode = parse_duration(args.decode_per_sample, what="--decode-per-sample")
+    if args.host_cores is not None and args.host_cores < 1:
+        raise ConfigError(f"--host-cores must be >= 1, got {args.host_cores}")
+    if not (args.jitter_cv or step or decode):
+        return None
+    return TrainingOverheads(jitter_cv=args.jitter_cv, step_overhead_s=step,
+                             decode_cpu_s_per_sample=decode, host_cores=args.host_cores)
+
+
 def cmd_train(args) -> int:
     from pathlib import Path
 
@@ -365,14 +408,22 @@ def cmd_train(args) -> int:
     from ..workload.frameworks import parse_framework
     from ..workload.ps_impls import get_ps_impl
 
+    from ..guard import check_gpus, check_servers
+
+    gpus = _int_list(args.gpus, "--gpus")
+    for n in gpus:       # before anything is sized by a count
+        check_gpus(graph, n)
+    servers = _servers(args.ps_servers)
+    if servers != "per_node" and args.ps_placement == "colocated":
+        check_servers(graph, servers)
     compression = parse_compression(args.compression) if args.compression else None
     compressed = compression is not None and not compression.identity
     spec = TrainingSpec(
-        models=models, batch_per_gpu=args.batch_per_gpu, gpus=_int_list(args.gpus, "--gpus"),
+        models=models, batch_per_gpu=args.batch_per_gpu, gpus=gpus,
         aggregations=aggregations, precision=args.precision, device=args.device,
         bucket_bytes=parse_size(args.bucket, what="--bucket"), overlap=not args.no_overlap,
         slices=args.slices,
-        ps=PsConfig(servers=_servers(args.ps_servers), placement=args.ps_placement,
+        ps=PsConfig(servers=servers, placement=args.ps_placement,
                     sharding=args.ps_sharding, **_consistency(args.consistency),
                     hierarchy=args.ps_hierarchy,
                     local_aggregation=args.ps_local_aggregation,
@@ -383,7 +434,7 @@ def cmd_train(args) -> int:
             args.overlap_slowdown, "--overlap-slowdown"),
         single_gpu_throughput=parse_throughput(args.single_gpu_throughput,
                                                what="--single-gpu-throughput")
-        if args.single_gpu_throughput else None)
+        if args.single_gpu_throughput else None, overheads=_overheads(args))
     frame = run_training(graph, spec)
     if args.format == "table":
         print(format_training_table(frame))
@@ -582,6 +633,18 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--single-gpu-throughput", default=None, metavar="RATE",
                     help="measured throughput of one GPU (e.g. 134img/s): fixes one "
                          "iteration's compute; the compute model only splits it over layers")
+    tr.add_argument("--jitter-cv", type=float, default=0.0, metavar="CV",
+                    help="per-step compute jitter of each worker (coefficient of variation); "
+                         "a synchronous step waits for the slowest of N (0.01: the sourced "
+                         "Horovod value; default 0)")
+    tr.add_argument("--step-overhead", default="0s", metavar="TIME",
+                    help="framework time per iteration outside the GPU (e.g. 2ms; default 0)")
+    tr.add_argument("--decode-per-sample", default="0s", metavar="TIME",
+                    help="host CPU time per sample of the input pipeline (real data; default "
+                         "0: synthetic data)")
+    tr.add_argument("--host-cores", type=int, default=None, metavar="CORES",
+                    help="host cores per machine for the input pipeline (default: the "
+                         "topology's CPU)")
     add_library_arguments(tr)
     tr.add_argument("--format", choices=["table", "csv", "json"], default="table")
     tr.add_argument("-o", "--output", default=None, help="folder for results.csv and plots")
@@ -624,6 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_measure_parser(sub)
     from .compare import add_compare_parsers
     add_compare_parsers(sub)
+    from .llm import add_llm_parser
+    add_llm_parser(sub)
     return parser
 
 
@@ -634,23 +699,36 @@ def _terminate(_signum, _frame):
 
 
 def main(argv=None) -> int:
+    """The command line; SIGTERM ends it as Ctrl-C does while it runs (unless the process
+    ignores SIGTERM), and the caller's handler is put back when it returns."""
     import signal
     import threading
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN:
+        return _main(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _main(argv) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
         from ..engine.runner import wall_budget
-        from ..guard import set_memory_limit
+        from ..guard import memory_limit
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130
     try:
-        set_memory_limit(None if args.max_memory is None
-                         else parse_size(args.max_memory, what="--max-memory"))
-        with wall_budget(args.time_budget):
+        limit = (None if args.max_memory is None
+                 else parse_size(args.max_memory, what="--max-memory"))
+        with memory_limit(limit), wall_budget(args.time_budget):
             return args.func(args)
     except ClusterSimError as exc:
         print(f"clustersim: error: {exc}", file=sys.stderr)

@@ -3,7 +3,9 @@
 compare     simulate every point of a measured file (a CSV in the measurement schema, a public
             nccl-tests table, or an nccl-tests log or ``-J`` JSON) on a topology; print the
             per-point table and the MAPE tables; optionally write ``compare.csv``, ``mape.csv``
-            and plots; exit 1 when ``--max-mape`` is exceeded in any size band or overall
+            and plots; exit 1 when ``--max-mape`` is exceeded in any size band or overall.
+            Training tables (a throughput column) and LLM training tables (a layout and TFLOP/s,
+            MFU, step time or tokens/s) are recognised by their header
 calibrate   fit per-link-class bandwidth factors and latency offsets of a preset to a measured
             file, print the held-out MAPE before and after, write the calibrated preset YAML
 
@@ -24,13 +26,22 @@ EXIT_MAPE_EXCEEDED = 1
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
 
 
-def read_points(path: str) -> pd.DataFrame:
-    """Collective points from a CSV (either layout) or an nccl-tests log / JSON document."""
+def read_points(path: str, collective: str | None = None) -> pd.DataFrame:
+    """Collective points from a CSV (either layout) or an nccl-tests log / JSON document;
+    ``collective`` (``--collective``) names what a log measured when the log does not say."""
     from ..measure.nccl_tests import read_nccl_tests
-    from ..measure.schema import read_measurements
+    from ..measure.schema import nccl_collective, read_measurements
 
+    if collective is not None:
+        try:
+            collective = nccl_collective(collective)
+        except ConfigError as exc:
+            raise ConfigError(f"--collective: {exc}") from None
     if Path(path).suffix.lower() in _LOG_SUFFIXES:
-        return read_nccl_tests(path)
+        return read_nccl_tests(path, collective=collective)
+    if collective is not None:
+        raise ConfigError(f"--collective applies to nccl-tests logs and JSON (.log, .txt, "
+                          f".out, .json); {path} is a table with its own collective column")
     return read_measurements(path)
 
 
@@ -114,19 +125,31 @@ def summary_frame(summary: dict) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def is_training_file(path: str) -> bool:
-    """Whether ``path`` is a training table (a CSV whose header names a throughput)."""
+def _header(path: str) -> set[str]:
+    """The column names of a CSV's first line (empty for logs and unreadable files: the
+    reader reports those)."""
     if Path(path).suffix.lower() in _LOG_SUFFIXES:
-        return False
+        return set()
     import csv
 
     try:
         with open(path, "rb") as handle:
             header = handle.readline(65536).decode("utf-8", "replace")
     except OSError:
-        return False   # read_points reports the error
-    columns = {c.strip() for row in csv.reader([header]) for c in row}
-    return bool(columns & {"throughput_img_s", "throughput_samples_s"})
+        return set()
+    return {c.strip() for row in csv.reader([header]) for c in row}
+
+
+def is_training_file(path: str) -> bool:
+    """Whether ``path`` is a training table (a CSV whose header names a throughput)."""
+    return bool(_header(path) & {"throughput_img_s", "throughput_samples_s"})
+
+
+def is_llm_file(path: str) -> bool:
+    """Whether ``path`` is an LLM training table (a layout and an LLM metric)."""
+    from ..measure.llm_table import is_llm_table
+
+    return is_llm_table(_header(path))
 
 
 def cmd_compare(args) -> int:
@@ -136,6 +159,8 @@ def cmd_compare(args) -> int:
 
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
+    if is_llm_file(args.measured):
+        return cmd_compare_llm(args)
     if is_training_file(args.measured):
         return cmd_compare_training(args)
     if args.shared_cores is not None and args.shared_cores < 1:
@@ -153,7 +178,7 @@ def cmd_compare(args) -> int:
 
     if args.algorithm and args.algorithm != "auto":
         check_algorithm(args.algorithm)
-    measured = read_points(args.measured)
+    measured = read_points(args.measured, args.collective)
     frames = []
     for name, params, part in _topology_groups(args, measured):
         graph = load_topology(name, params)
@@ -218,6 +243,9 @@ def cmd_compare_training(args) -> int:
         if value:
             raise ConfigError(f"{flag} does not apply to a training file (each bucket's call "
                               f"is planned by the library)")
+    if args.collective:
+        raise ConfigError("--collective applies to nccl-tests logs; a training file's rows "
+                          "are training jobs")
     framework = parse_framework(args.framework)
     ps = None
     if args.ps_impl not in (None, "auto"):
@@ -260,6 +288,67 @@ def cmd_compare_training(args) -> int:
     return _gate(args.max_mape, mape_failures(summary, args.max_mape or 0), "arch")
 
 
+#: Flags of ``compare`` that mean nothing for an LLM table.
+_NOT_FOR_LLM = ("slices", "protocol", "framework", "ps_impl", "anchor", "shared_cores",
+                "device", "algorithm", "collective")
+
+
+def cmd_compare_llm(args) -> int:
+    """``compare`` on an LLM training table (model, GPUs, layout, measured TFLOP/s per GPU or
+    MFU or step time or tokens/s): each row simulated as one step on the topology's machine
+    sized to the row; per-row error and MAPE / signed bias by model and GPU count. ``-o DIR``
+    writes ``compare.csv`` (one row per measured row: its identifying columns, ``metric``,
+    ``measured``, ``simulated``, ``error_pct``, the simulated breakdown) and ``mape.csv``;
+    ``--max-mape`` gates on the overall MAPE and each model's."""
+    from ..comparison.llm import (compare_llm, format_llm_points, format_llm_summary,
+                                  summarise_llm)
+    from ..comparison.training import select
+    from ..measure.llm_table import read_llm_table
+    from .args import _params
+
+    for name in _NOT_FOR_LLM:
+        if getattr(args, name, None):
+            raise ConfigError(f"--{name.replace('_', '-')} does not apply to an LLM training "
+                              f"table")
+    if not args.topology and not args.scenario:
+        raise ConfigError(f"{args.measured} is an LLM training table: pass --topology with the "
+                          f"preset of its machines (e.g. dgx-a100-2node); the cluster is sized "
+                          f"to each row's GPU count")
+    topology, params = args.topology, _params(args.param)
+    if not topology:
+        from ..scenario import load_scenario
+
+        scenario = load_scenario(args.scenario)
+        topology, params = scenario.topology, {**scenario.topology_params, **params}
+    measured = read_llm_table(args.measured)
+    if args.select:
+        measured = select(measured, args.select)
+    library = getattr(args, "library", None) or "default"
+    points = compare_llm(measured, topology, params, library=library)
+    skipped = points.attrs.get("skipped", [])
+    for why in skipped[:5]:
+        print(f"clustersim compare: skipped {why}", file=sys.stderr)
+    if len(skipped) > 5:
+        print(f"clustersim compare: skipped {len(skipped) - 5} more rows", file=sys.stderr)
+    if len(skipped) == len(points):
+        raise ConfigError(f"{args.measured}: no row could be simulated ({len(points)} skipped; "
+                          f"the first: {skipped[0] if skipped else '-'})")
+    summary = summarise_llm(points)
+    print(format_llm_points(points))
+    print()
+    print(format_llm_summary(summary))
+    if args.output:
+        _publish(args.output, points, summary, lambda stage: [])
+    failures = []
+    if args.max_mape is not None:
+        for by in ("model", "overall"):
+            table = summary[by]
+            for _, row in table.iterrows():
+                if row["mape_pct"] > args.max_mape:
+                    failures.append(f"{by} {row.iloc[0]}: MAPE {row['mape_pct']:.1f}%")
+    return _gate(args.max_mape, failures, "model")
+
+
 def _progress(evaluations: int, value: float) -> None:
     """A calibration's progress, every 25 objective evaluations, on stderr."""
     if evaluations % 25 == 0:
@@ -274,7 +363,7 @@ def cmd_calibrate(args) -> int:
 
     if not args.out.endswith((".yaml", ".yml")):
         raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
-    measured = read_points(args.measured)
+    measured = read_points(args.measured, args.collective)
     lib = library_args(args, load_topology(args.topology, _params(args.param)))
     if lib["library"] == "nccl":
         return _calibrate_library(args, measured, lib)
@@ -327,6 +416,12 @@ def _calibrate_library(args, measured, lib) -> int:
     return 0
 
 
+_COLLECTIVE_HELP = ("nccl-tests logs: the collective the log measured when it does not say "
+                    "(no '# Collective test starting' line, no test name in the file name): "
+                    "allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall (or "
+                    "the nccl-tests spellings, all_reduce, ...)")
+
+
 def add_compare_parsers(subparsers) -> None:
     """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
     from .args import add_library_arguments
@@ -346,6 +441,7 @@ def add_compare_parsers(subparsers) -> None:
     c.add_argument("--algorithm", default=None,
                    help="simulate this algorithm (or auto) for every point instead of the "
                         "file's")
+    c.add_argument("--collective", default=None, metavar="NAME", help=_COLLECTIVE_HELP)
     c.add_argument("--slices", type=int, default=None,
                    help="pipelining slices per transfer (default 1, or the scenario's)")
     add_library_arguments(c)
@@ -386,6 +482,7 @@ def add_compare_parsers(subparsers) -> None:
     k.add_argument("--topology", required=True, help="preset name, builder name or YAML file")
     k.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a builder parameter before calibrating (repeatable)")
+    k.add_argument("--collective", default=None, metavar="NAME", help=_COLLECTIVE_HELP)
     k.add_argument("--out", required=True, metavar="CALIBRATED.yaml",
                    help="where to write the calibrated preset")
     k.add_argument("--fit-fraction", type=float, default=0.5,

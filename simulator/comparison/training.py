@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -47,8 +48,27 @@ MODEL_ALIASES = {
     "gpt2small": "gpt2_small", "gpt2xl": "gpt2_xl",
 }
 
-PRECISION_NAMES = {"fp32": "fp32", "amp": "amp", "fp16": "fp16", "bf16": "bf16",
-                   "mixed": "amp", "tf32": "fp32"}
+#: Precision words of papers and vendor tables (lower case) -> what they say. A precision is
+#: read from every word of the cell: ``mixed precision``, ``AMP``, ``FP16 (mixed)``, ``TF32``,
+#: ``mixed_bfloat16`` ...; see :func:`precision_name`.
+PRECISION_WORDS = {
+    "fp32": "fp32", "float32": "fp32", "tf32": "fp32",
+    "fp16": "fp16", "float16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "amp": "mixed", "mixed": "mixed", "mixed16": "mixed",
+}
+#: Two-word spellings, read as one word.
+_PRECISION_PHRASES = ((re.compile(r"\bsingle[\s_-]*precision\b"), " fp32 "),
+                      (re.compile(r"\bhalf[\s_-]*precision\b"), " fp16 "),
+                      (re.compile(r"\bdouble[\s_-]*precision\b"), " fp64 "))
+#: Formats the simulator does not model: a cell naming one is refused, not read as another.
+UNMODELLED_PRECISIONS = ("fp8", "int8", "int4", "fp4", "fp6", "e4m3", "e5m2", "fp64")
+#: Words around a precision that say nothing about it.
+_PRECISION_FILLER = ("precision", "mode", "math", "training", "with", "and", "compute",
+                     "weights", "master", "tensor", "core", "cores", "automatic", "on", "in")
+#: The accepted spellings, for messages.
+PRECISION_NAMES = ("fp32", "tf32", "fp16", "bf16", "amp", "mixed", "mixed precision",
+                   "FP16 (mixed)", "mixed16")
 
 ANCHORS = ("measured", "model")
 
@@ -60,24 +80,82 @@ POINT_COLUMNS = (
     "line")
 
 
-def model_name(text: str, where: str = "") -> str:
-    """The registry name of a measurement file's model name."""
-    from ..workload.models import MODELS
+_SEQ_LEN = re.compile(r"\b(?:seq(?:uence)?[\s_-]*(?:len(?:gth)?)?(?:\s+of)?|sl)\s*[=:]?\s*"
+                      r"(\d+)\b", re.IGNORECASE)
 
-    key = re.sub(r"[\s\-_.()\[\]]", "", str(text).lower())
-    if key in MODEL_ALIASES:
-        return MODEL_ALIASES[key]
-    if str(text) in MODELS:
-        return str(text)
-    raise ConfigError(f"{where}model {text!r} is not a model the simulator knows; known: "
-                      f"{', '.join(sorted(set(MODEL_ALIASES) | set(MODELS)))}")
+
+def _words(text: str) -> list[str]:
+    """The words of a cell: split at spaces, dashes, underscores, slashes, brackets and
+    punctuation; dots stay inside a word (``v1.5``)."""
+    return [w for w in re.split(r"[\s\-_/,;:()\[\]{}+&|]+", str(text).strip().lower()) if w]
+
+
+def model_name(text: str, where: str = "") -> str:
+    """The registry name of a measurement file's model name.
+
+    The longest run of leading words that is a known name (:data:`MODEL_ALIASES` or a
+    registry name, compared without spaces, dashes, dots and brackets) names the model; the
+    words after it (``pretraining (LAMB)``, ``fine-tuning``) are descriptions. A sequence
+    length (``seq len 128``, ``sequence length 128``, ``seq_len=128``) gives ``NAME:seqN``
+    (:func:`~simulator.workload.models.get_model`): ``BERT-large pretraining (LAMB), seq len
+    128`` is ``bert_large:seq128``."""
+    from ..workload.models import MODELS, get_model
+
+    names = dict(MODEL_ALIASES)
+    names.update({re.sub(r"[^a-z0-9]", "", m.lower()): m for m in MODELS})
+    cell = str(text)
+    seq = _SEQ_LEN.search(cell)
+    rest = _SEQ_LEN.sub(" ", cell) if seq else cell
+    words = _words(rest)
+    keys = [re.sub(r"[^a-z0-9]", "", w) for w in words]
+    found = next((names["".join(keys[:stop])] for stop in range(len(words), 0, -1)
+                  if "".join(keys[:stop]) in names), None)
+    if found is None:
+        # the first word that no known name goes on with
+        known = 0
+        while known < len(words) and any(n.startswith("".join(keys[:known + 1]))
+                                         for n in names):
+            known += 1
+        word = repr(words[known]) if known < len(words) else f"{cell.strip()!r} (incomplete)"
+        raise ConfigError(f"{where}model {cell!r}: {word} not understood; known: "
+                          f"{', '.join(sorted(set(MODEL_ALIASES) | set(MODELS)))}")
+    if seq is None:
+        return found
+    variant = f"{found}:seq{int(seq[1])}"
+    try:
+        get_model(variant)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}model {cell!r}: {seq[0]!r} not understood: {exc}") from None
+    return variant
 
 
 def precision_name(text: str, where: str = "") -> str:
-    key = str(text).strip().lower()
-    if key in PRECISION_NAMES:
-        return PRECISION_NAMES[key]
-    raise ConfigError(f"{where}precision {text!r}; valid: {', '.join(PRECISION_NAMES)}")
+    """The simulator's precision (``fp32``, ``fp16``, ``amp``, ``bf16``) of a file's cell, as
+    papers and vendor tables spell it, in any case and among other words: ``mixed
+    precision``, ``AMP``, ``FP16 (mixed)`` and ``mixed16`` are ``amp``; ``TF32`` is ``fp32``
+    (fp32 storage, tensor-core math); ``BF16`` (mixed or not) is ``bf16``. Mixed with fp32
+    named too (``FP16 compute, FP32 master weights``) is ``amp``."""
+    cell = str(text).lower()
+    for phrase, word in _PRECISION_PHRASES:
+        cell = phrase.sub(word, cell)
+    words = [w for w in re.split(r"[^a-z0-9]+", cell) if w]
+    said = {PRECISION_WORDS[w] for w in words if w in PRECISION_WORDS}
+    for word in words:
+        if word in UNMODELLED_PRECISIONS:
+            raise ConfigError(f"{where}precision {text!r}: {word!r} is a format the simulator "
+                              f"does not model; accepted: {', '.join(PRECISION_NAMES)}")
+    if "bf16" in said:
+        return "bf16"
+    if "mixed" in said or {"fp16", "fp32"} <= said:
+        return "amp"
+    if "fp16" in said:
+        return "fp16"
+    if "fp32" in said:
+        return "fp32"
+    unknown = ", ".join(repr(w) for w in words if w not in _PRECISION_FILLER)
+    raise ConfigError(f"{where}precision {text!r}: "
+                      f"{unknown + ' not understood' if unknown else 'names no precision'}; "
+                      f"accepted: {', '.join(PRECISION_NAMES)} (any case, among other words)")
 
 
 def default_ps(record: dict, base=None):
@@ -122,7 +200,7 @@ def _where(measured: pd.DataFrame, i: int) -> str:
 def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=None,
                      anchor: str = "measured", ps: Callable | None = None,
                      aggregation: str | None = None, device: str | None = None,
-                     shared_cores: int | None = None) -> pd.DataFrame:
+                     shared_cores: int | None = None, overheads="auto") -> pd.DataFrame:
     """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
 
     Parameters
@@ -147,6 +225,11 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         The workers share this many CPU cores (compute contention, see
         :func:`~simulator.workload.sweep.contention`); default: the row's ``cores`` column
         (written by ``clustersim measure training``), else none.
+    overheads : "auto", TrainingOverheads, callable(record) -> TrainingOverheads, or None
+        Time outside communication (:mod:`~simulator.workload.overheads`): ``auto`` (the
+        default) takes each row's from its text (:func:`~simulator.workload.overheads.
+        for_measured_row`: sourced per-step jitter, TensorFlow 2017's real-data input pipeline
+        on the machine's cores); None: none (the behaviour before they were modelled).
     """
     from ..library import resolve_library
     from ..workload.frameworks import detect_framework
@@ -157,6 +240,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     default_lib = resolve_library(library, graph)
     default_name = getattr(default_lib, "name", "ideal")
     ps = ps or default_ps
+    datasets = _datasets(measured)
     cache: dict = {}
     rows = []
     skipped: list[str] = []
@@ -182,7 +266,8 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             library=None if getattr(lib, "name", "ideal") == "ideal" else lib, framework=fw,
             single_gpu_throughput=measured_1 if anchor == "measured" else None, device=device,
             shared_cores=shared_cores or _count(point.get("cores")),
-            threads_per_worker=_count(point.get("threads_per_rank")) or 1)
+            threads_per_worker=_count(point.get("threads_per_rank")) or 1,
+            overheads=_overheads(overheads, {**point, "dataset": datasets.get(i, "")}))
         try:
             if anchor == "measured":
                 spec = _anchored(cache, graph, spec, model, kind, measured_1)
@@ -220,6 +305,39 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     frame.attrs.update(origin=measured.attrs.get("origin", ""),
                        topology=graph.graph.get("name", ""), skipped=skipped)
     return frame
+
+
+def _datasets(measured: pd.DataFrame) -> dict:
+    """Row index -> the ``dataset`` cell of a public ``train_*.csv`` table (``ImageNet
+    (synthetic data)``, ``ImageNet (real data)``), read back from the file by line: the
+    reader keeps no dataset column. Empty where there is none."""
+    from ..measure.schema import _records
+
+    origin, lines = measured.attrs.get("origin"), measured.attrs.get("lines") or []
+    if measured.attrs.get("layout") != "training-table" or not origin:
+        return {}
+    try:
+        header, records = _records(Path(origin), origin)
+    except (OSError, ClusterSimError):
+        return {}
+    if "dataset" not in header:
+        return {}
+    by_line = {line: str(record.get("dataset") or "") for line, record in records}
+    return {i: by_line.get(line, "") for i, line in enumerate(lines)}
+
+
+def _overheads(overheads, point: dict):
+    """The :class:`TrainingOverheads` of one measured row (see :func:`compare_training`)."""
+    from ..workload.overheads import for_measured_row
+
+    if overheads is None:
+        return None
+    if isinstance(overheads, str):
+        if overheads != "auto":
+            raise ConfigError(f"overheads must be 'auto', None or TrainingOverheads, got "
+                              f"{overheads!r}")
+        return for_measured_row(point)
+    return overheads(point) if callable(overheads) else overheads
 
 
 def _anchored(cache: dict, graph, spec, model: str, kind: str, measured_1: float,

@@ -37,7 +37,39 @@ def _positive(value: int | None, what: str) -> None:
         raise ConfigError(f"{what} must be >= 1, got {value}")
 
 
+def cmd_llm_kernels(args) -> int:
+    """``measure kernels --llm``: the kernels of one transformer layout, timed, as the
+    ``op, shape, time_s`` table that ``clustersim llm --kernels`` reads."""
+    import functools
+    from pathlib import Path
+
+    from ..report.output import write_csv
+    from ..workload.llm.costs import step_work
+    from ..workload.llm.layout import Layout
+    from ..workload.llm.registry import get_llm_model
+    from .llm_kernels import measure_llm_kernels
+
+    for value, what in ((args.tp, "--tp"), (args.cp, "--cp"), (args.ep, "--ep"),
+                        (args.batch, "--batch"), (args.iterations, "--iterations")):
+        _positive(value, what)
+    layout = Layout(tp=args.tp, cp=args.cp, ep=args.ep, dp=args.ep, micro_batch=args.batch,
+                    global_batch=args.batch * args.ep, sequence_parallel=args.sequence_parallel,
+                    recompute=args.recompute, precision=args.precision)
+    model = get_llm_model(args.model)
+    frame = measure_llm_kernels(functools.partial(step_work, model, layout, args.gpu),
+                                device=args.device, iterations=args.iterations,
+                                warmup=args.warmup, threads=args.threads, limit=args.limit)
+    path = write_csv(Path(args.output), frame)
+    print(f"{args.model} tp {args.tp} cp {args.cp} ep {args.ep}, micro-batch {args.batch} on "
+          f"{frame['device'].iloc[0] if len(frame) else args.device}: {len(frame)} kernels, "
+          f"{format_duration(frame['time_s'].sum())} in all (one of each)")
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def cmd_kernels(args) -> int:
+    if args.llm:
+        return cmd_llm_kernels(args)
     from .kernels import measure_kernels, write_kernels_csv
 
     _positive(args.batch, "--batch")
@@ -157,6 +189,23 @@ def add_measure_parser(subparsers) -> None:
     k.add_argument("--threads", type=int, default=None,
                    help="intra-op CPU threads (default: torch's current count)")
     k.add_argument("-o", "--output", required=True, help="per-layer CSV to write")
+    k.add_argument("--llm", action="store_true",
+                   help="--model is an LLM (clustersim llm's registry): time the kernels of "
+                        "one step of the layout below and write the op,shape,time_s table "
+                        "that clustersim llm --kernels reads (--batch: the micro-batch)")
+    k.add_argument("--tp", type=int, default=1, help="--llm: tensor parallel degree")
+    k.add_argument("--cp", type=int, default=1, help="--llm: context parallel degree")
+    k.add_argument("--ep", type=int, default=1, help="--llm: expert parallel degree")
+    k.add_argument("--sequence-parallel", action="store_true", help="--llm")
+    k.add_argument("--recompute", default="none", choices=("none", "selective", "full"),
+                   help="--llm")
+    k.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp8"),
+                   help="--llm")
+    k.add_argument("--gpu", default="h100-sxm5-80gb",
+                   help="--llm: the device preset the cost model plans for (default "
+                        "h100-sxm5-80gb); the kernels run on --device")
+    k.add_argument("--limit", type=int, default=None,
+                   help="--llm: time only the first N distinct kernels")
     k.set_defaults(func=cmd_kernels)
 
     c = sub.add_parser("collectives", help="all-reduce timings with torch.distributed -> CSV")

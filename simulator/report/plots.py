@@ -599,13 +599,89 @@ def time_to_train_vs_gpus(frame: pd.DataFrame, stem: Path, extras=None,
     return _save(fig, stem)
 
 
+#: The parts of an LLM step, in the order they are stacked.
+LLM_PARTS = ("compute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_pp_s",
+             "exposed_dp_s", "bubble_s", "optimizer_s")
+
+
+def llm_step_breakdown(frame: pd.DataFrame, stem: Path, extras=None,
+                       title: str = "") -> list[Path]:
+    """One stacked bar per simulated layout: where the step time goes (compute, exposed
+    communication of each group, pipeline bubble, optimizer), with the TFLOP/s per GPU above
+    each bar. Refused layouts are left out (their reason is in the table)."""
+    rows = frame[frame["refused"].fillna("") == ""] if "refused" in frame else frame
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 3), 5))
+    labels = [f"tp{r.tp} cp{r.cp} ep{r.ep}\npp{r.pp} dp{r.dp} v{r.virtual_stages}\n"
+              f"mb{r.micro_batch} {r.recompute}" for r in rows.itertuples()]
+    bottom = np.zeros(len(rows))
+    palette = plt.get_cmap("tab10")
+    for k, part in enumerate(LLM_PARTS):
+        values = rows[part].to_numpy(dtype=float)
+        ax.bar(range(len(rows)), values, bottom=bottom, color=palette(k),
+               label=part[:-2].replace("_", " "))
+        bottom += values
+    other = rows["step_time_s"].to_numpy(dtype=float) - bottom
+    ax.bar(range(len(rows)), np.clip(other, 0, None), bottom=bottom, color="lightgrey",
+           label="other")
+    for i, r in enumerate(rows.itertuples()):
+        ax.annotate(f"{r.hardware_tflops_per_gpu:.0f} TFLOP/s", (i, r.step_time_s),
+                    textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=7)
+    if len(rows):
+        ax.set_ylim(0, float(rows["step_time_s"].max()) * 1.12)
+    ax.set_ylabel("step time (s), critical rank")
+    ax.legend(fontsize=7, ncol=3)
+    ax.grid(True, axis="y", alpha=0.3)
+    model = rows["model"].iloc[0] if len(rows) else ""
+    ax.set_title(title or f"{model}: one training step by layout "
+                          f"({rows['topology'].iloc[0] if len(rows) else ''})")
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
+def jobs_slowdown(frame: pd.DataFrame, stem: Path, extras=None, title: str = "") -> list[Path]:
+    """Per job, its time alone and together with the others (bars), the slowdown above; and
+    the links they meet on, by bytes (from ``extras['shared_links']``)."""
+    shared = (extras or {}).get("shared_links")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    x = np.arange(len(frame))
+    left.bar(x - 0.2, frame["alone_s"] * 1e3, 0.4, label="alone")
+    left.bar(x + 0.2, frame["together_s"] * 1e3, 0.4, label="together")
+    for i, r in enumerate(frame.itertuples()):
+        left.annotate(f"x{r.slowdown:.2f}", (i + 0.2, r.together_s * 1e3),
+                      textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+    left.set_xticks(x)
+    left.set_xticklabels(frame["job"])
+    left.set_ylabel("time (ms)")
+    left.set_title("each job alone and with the others")
+    left.legend(fontsize=8)
+    if shared is not None and len(shared):
+        top = shared.head(12)
+        right.barh(range(len(top)), top["bytes"] / 1e9)
+        right.set_yticks(range(len(top)))
+        right.set_yticklabels([f"{l}  ({j})" for l, j in zip(top["link"], top["jobs"])],
+                              fontsize=7)
+        right.invert_yaxis()
+        right.set_xlabel("GB carried")
+        right.set_title("links the jobs meet on")
+    else:
+        right.text(0.5, 0.5, "the jobs share no link", ha="center", va="center")
+        right.set_axis_off()
+    fig.suptitle(title or f"jobs on one fabric ({frame['topology'].iloc[0]})")
+    fig.tight_layout()
+    return _save(fig, stem)
+
+
 #: Plots of the study workloads, called as ``plot(frame, stem, extras)``.
 ZERO_PLOTS = {"zero_memory_time": zero_memory_time}
 PIPELINE_PLOTS = {"pipeline_bubble": pipeline_bubble}
 HYBRID_PLOTS = {"hybrid_link_heatmap": hybrid_link_heatmap}
 TIME_TO_TRAIN_PLOTS = {"time_to_train_vs_gpus": time_to_train_vs_gpus}
+LLM_PLOTS = {"llm_step_breakdown": llm_step_breakdown}
+JOBS_PLOTS = {"jobs_slowdown": jobs_slowdown}
 
 #: Every workload's plot registry (scenario ``report.plots`` names come from its workload's).
 WORKLOAD_PLOTS = {"collective": PLOTS, "training": TRAINING_PLOTS, "zero": ZERO_PLOTS,
                   "pipeline": PIPELINE_PLOTS, "hybrid": HYBRID_PLOTS,
-                  "time_to_train": TIME_TO_TRAIN_PLOTS}
+                  "time_to_train": TIME_TO_TRAIN_PLOTS, "llm": LLM_PLOTS, "jobs": JOBS_PLOTS}

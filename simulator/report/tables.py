@@ -1,4 +1,4 @@
-"""Human tables of the study workloads (zero, pipeline, hybrid, time_to_train) for the terminal.
+"""Human tables of the study workloads (zero, pipeline, hybrid, time_to_train, llm) for the terminal.
 
 The CSV keeps every column in SI units; these tables pick the columns that answer each study's
 question and print them in readable units (GB = 1e9 bytes, ms, minutes), units in the headers.
@@ -87,6 +87,46 @@ def time_to_train_table(frame: pd.DataFrame) -> str:
             "longer shortens training):\n" + "\n".join(lines))
 
 
+def llm_table(frame: pd.DataFrame) -> str:
+    """Per layout: step time, throughput, TFLOP/s per GPU and MFU, and where the step went
+    (seconds of the critical rank); a refused layout shows why instead."""
+    def layout(r):
+        return (f"tp{r.tp} cp{r.cp} ep{r.ep} pp{r.pp} dp{r.dp} v{r.virtual_stages} "
+                f"mb{r.micro_batch}/{r.global_batch} {r.recompute} z{r.zero_stage}")
+
+    table = pd.DataFrame({
+        "layout": [layout(r) for r in frame.itertuples()],
+        "step_s": _fmt(frame["step_time_s"], ".3f"),
+        "tokens/s": _fmt(frame["tokens_per_s"], ".0f"),
+        "TFLOP/s/GPU": _fmt(frame["hardware_tflops_per_gpu"], ".1f"),
+        "MFU_%": _fmt(frame["mfu_pct"], ".1f"),
+        "compute": _fmt(frame["compute_s"], ".3f"),
+        "tp": _fmt(frame["exposed_tp_s"], ".3f"),
+        "cp": _fmt(frame["exposed_cp_s"], ".3f"),
+        "ep": _fmt(frame["exposed_ep_s"], ".3f"),
+        "pp": _fmt(frame["exposed_pp_s"], ".3f"),
+        "dp": _fmt(frame["exposed_dp_s"], ".3f"),
+        "bubble": _fmt(frame["bubble_s"], ".3f"),
+        "optim": _fmt(frame["optimizer_s"], ".3f"),
+    })
+    refused = frame["refused"].fillna("") if "refused" in frame else pd.Series([""] * len(frame))
+    text = table.to_string(index=False)
+    notes = [f"refused: {layout(r)}: {why}" for r, why in zip(frame.itertuples(), refused) if why]
+    return "\n".join([text] + notes)
+
+
+def jobs_table(frame: pd.DataFrame) -> str:
+    """Per job: its time alone and with the others, the slowdown, the links it shares."""
+    return pd.DataFrame({
+        "job": frame["job"], "collective": frame["collective"],
+        "algorithm": frame["algorithm"], "ranks": frame["ranks"],
+        "size_MB": _fmt(frame["size_bytes"], ".1f", 1e6), "iters": frame["iterations"],
+        "alone_ms": _fmt(frame["alone_s"], ".3f", 1e-3),
+        "together_ms": _fmt(frame["together_s"], ".3f", 1e-3),
+        "slowdown": _fmt(frame["slowdown"], ".3f"), "shared_links": frame["shared_links"],
+    }).to_string(index=False)
+
+
 #: The table of each study workload.
 STUDY_TABLES = {"zero": zero_table, "pipeline": pipeline_table, "hybrid": hybrid_table,
-                "time_to_train": time_to_train_table}
+                "time_to_train": time_to_train_table, "llm": llm_table, "jobs": jobs_table}

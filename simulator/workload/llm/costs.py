@@ -1,0 +1,483 @@
+"""Architecture x layout x GPU -> :class:`~.work.StepWork`: what every rank computes and sends.
+
+:func:`step_work` builds, for each pipeline chunk ``(stage, virtual)``, the ordered forward and
+backward :class:`~.work.Op` lists of one micro-batch on one rank, with kernel times from
+:mod:`.compute` (roofline or a measured :class:`~.compute.KernelTable`) and communication where
+Megatron-LM issues it.
+
+Per transformer layer, forward (``T = b·s/cp`` tokens on a rank; ``B`` = bytes per 16-bit
+element, 2):
+
+* attention: norm; [SP: ``tp`` all-gather of ``T·h·B``]; QKV GEMM (``T x h`` by
+  ``h x (q + 2kv)/tp``); [CP: ``cp`` all-gather of the local heads' K and V over the whole
+  sequence, ``b·s·2kv/tp·B`` bytes output]; attention core (queries ``s/cp`` x keys ``s``, causal);
+  output projection (``T x q/tp`` by ``q/tp x h``); ``tp`` all-reduce of ``T·h·B`` (without SP)
+  or reduce-scatter of ``T·h·B`` input (with SP); dropout + residual.
+* MLP (dense): norm; [SP all-gather]; fc1 (``h x f1/tp``, ``f1 = f`` or ``2f`` gated);
+  activation; fc2 (``f/tp x h``); ``tp`` all-reduce / reduce-scatter; dropout + residual.
+* MLP (MoE; ``tp > 1`` needs sequence parallelism): norm; router GEMM on the rank's ``T/tp``
+  tokens; ``ep`` all-to-all *dispatch* of its ``R = T/tp·top_k·capacity`` token copies
+  (``R·h·B`` send buffer); [``tp > 1``: ``tp`` all-gather of ``R·tp·h·B``, as Megatron's
+  all-to-all dispatcher does with expert tensor parallelism = ``tp``]; expert fc1, activation,
+  fc2 on ``R·tp`` tokens with ``/tp`` widths; [``tp`` reduce-scatter]; ``ep`` all-to-all
+  *combine*; shared experts as a dense TP MLP.
+
+Tensor-parallel placement follows Shoeybi et al. 2019 (the ``f``/``g`` operators: 2 all-reduces
+per layer forward, 2 backward) and Korthikanti et al. 2022 (sequence parallelism: all-gather
+before and reduce-scatter after each of attention and MLP, their conjugates backward, and a
+second all-gather of the sharded input in backward for the weight gradient, overlapped with
+the input-gradient GEMM). The input-gradient all-reduce (reduce-scatter with SP) is overlapped
+with the weight-gradient GEMM, as Megatron's ``LinearWithGradAccumulationAndAsyncCommunication``
+does. With ``layout.tp_overlap`` every TP collective is marked overlapped (userbuffers).
+
+Context parallelism is modelled as the *all-gather* variant (Llama 3 paper, Section 3.3.2; Megatron
+``--cp-comm-type a2a``/``allgather`` options): one all-gather of K and V per layer forward and one
+reduce-scatter of their gradients backward, the same bytes a ring moves in ``cp - 1`` steps.
+Megatron's default ring (``p2p``) overlaps those steps with the attention blocks; this model
+exposes them unless the step runner overlaps them.
+
+Backward: every GEMM ``(M, N, K)`` becomes an input-gradient GEMM ``(M, K, N)`` and a weight-
+gradient GEMM ``(K, N, M)``; attention its backward kernel; memory-bound ops twice their forward
+bytes. Recomputation: ``full`` puts the layer's whole forward (comms included) before its backward
+(kind ``"recompute"`` for the compute ops), ``selective`` the attention core's forward (Korthikanti
+et al. 2022). The first chunk starts with the embedding (vocabulary-parallel lookup, then a ``tp``
+all-reduce, or reduce-scatter with SP), the last ends with final norm, logits GEMM and the
+vocabulary-parallel cross-entropy (three small ``tp`` all-reduces: max, target logit, sum of
+exponentials, as Megatron's ``_VocabParallelCrossEntropy``).
+
+fp8 (Transformer Engine on Hopper): GEMM operands are cast to fp8 with a transposed copy for
+the backward product (cuBLASLt fp8 GEMMs are "TN" only). Norms and activations fuse the cast of
+the QKV, fc1 and fc2 inputs (``LayerNormLinear``, ``LayerNormMLP``), and the activation backward
+that of fc1's output gradient; the other operands get a separate cast-transpose: the attention
+output (proj input) forward, and the output gradients of fc2, proj and QKV backward.
+
+``Op.flops`` is the FLOPs the op executes on the rank (attention counted without the causal
+discount, Narayanan et al. 2021's convention); summed over the ops whose kind is not
+``"recompute"`` it is model FLOPs, over all ops hardware FLOPs. Memory-bound ops carry 0.
+
+Per chunk: ``grad_bytes`` = the chunk's parameters on a rank x the main-gradient bytes (fp32 for
+bf16, Megatron's default; :func:`.layout.main_grad_bytes`), ``param_bytes`` = its 16-bit weights,
+``activation_bytes`` = ``b·s/cp·h·B`` (``/tp`` with SP; 0 on the last chunk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .compute import (Kernel, KernelTable, adam, attention, elementwise, gemm, kernel_time,
+                      resolve_device)
+from .layout import Layout, check_layout, main_grad_bytes
+from .memory import chunk_layers, chunk_params, uses_flash
+from .model import TransformerConfig, model_flops_per_step
+from .work import ChunkWork, Comm, Op, StepWork
+
+__all__ = ["step_work", "UNFUSED_SCORE_BYTES", "UNFUSED_SCORE_BYTES_BWD",
+           "FP8_CAST_TRANSPOSE_BYTES"]
+
+_B = 2   # bytes per 16-bit activation element
+
+#: HBM bytes per attention-score element of unfused attention moved by the memory-bound kernels
+#: between the two batched GEMMs (whose own bytes, writing Q K^T and reading P for P V, are
+#: counted by the GEMM kernels): forward, Megatron's fused scale-mask-softmax read + write (4),
+#: dropout read + write + 1-byte mask (5) = 9; backward, dropout backward read dP + mask, write
+#: (5), softmax backward read dY and Y, write dS (6) = 11.
+UNFUSED_SCORE_BYTES = 9
+UNFUSED_SCORE_BYTES_BWD = 11
+
+
+@dataclass
+class _Ctx:
+    model: TransformerConfig
+    layout: Layout
+    device: object
+    kernels: KernelTable | None
+    flash: bool
+
+    def __post_init__(self):
+        lay, m = self.layout, self.model
+        self.b = lay.micro_batch
+        self.s = m.seq_len
+        self.tp, self.cp, self.ep = lay.tp, lay.cp, lay.ep
+        self.sp = lay.sequence_parallel and lay.tp > 1
+        self.T = self.b * self.s // self.cp                # tokens of a rank's sequence slice
+        self.Tsp = self.T // self.tp if self.sp else self.T  # tokens outside the TP region
+        self.h = m.hidden
+        self.precision = lay.precision
+
+    # ---------------------------------------------------------------- op builders
+    def time(self, kernel: Kernel) -> float:
+        return kernel_time(self.device, kernel, self.kernels)
+
+    def gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
+             flops: float | None = None) -> Op:
+        kern = gemm(m, n, k, self.precision)
+        return Op(name, kind, self.time(kern), None, kern.flops if flops is None else flops)
+
+    def ew(self, name: str, nbytes: float, kind: str = "elementwise") -> Op:
+        return Op(name, kind, self.time(elementwise(name.split(".")[-1], nbytes)))
+
+    def comm(self, name: str, group: str, collective: str, size: float,
+             overlapped: bool = False) -> list[Op]:
+        degree = {"tp": self.tp, "cp": self.cp, "ep": self.ep}.get(group, 2)
+        if degree <= 1:
+            return []
+        if group == "tp" and self.layout.tp_overlap:
+            overlapped = True
+        return [Op(name, group, 0.0, Comm(group, collective, int(size), overlapped))]
+
+
+#: HBM bytes per element of an fp8 cast-transpose (Transformer Engine): read the 16-bit tensor
+#: (2), write its fp8 copy (1) and the fp8 transpose (1), which Hopper's fp8 GEMMs need for the
+#: other product of the backward pass (cuBLASLt runs fp8 GEMMs only in the "TN" layout).
+FP8_CAST_TRANSPOSE_BYTES = 4
+
+
+def _fp8_cast(ctx: _Ctx, name: str, elements: float, kind: str) -> list[Op]:
+    """The cast-transpose of a GEMM operand that no fused kernel produced in fp8 (fp8 only)."""
+    if ctx.precision != "fp8":
+        return []
+    return [ctx.ew(name + ".fp8cast", elements * FP8_CAST_TRANSPOSE_BYTES, kind)]
+
+
+def _input_grad(ctx, prefix: str, gemm: str, T: int, n: int, h: int) -> list:
+    """The backward of a column-parallel GEMM whose input came through the tensor-parallel
+    group: the input-gradient GEMM, its reduction over the group (reduce-scatter with
+    sequence parallelism, all-reduce without; overlapped with the weight-gradient GEMM, as
+    Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication`` does), then the
+    weight-gradient GEMM."""
+    dgrad, wgrad = _bwd_gemm(ctx, prefix + gemm, T, n, h)
+    kind = "reducescatter" if ctx.sp else "allreduce"
+    return [dgrad, *ctx.comm(f"{prefix}.tp.{kind}.grad", "tp", kind, T * h * _B,
+                             overlapped=True), wgrad]
+
+
+def _bwd_gemm(ctx: _Ctx, name: str, m: int, n: int, k: int, kind: str = "gemm",
+              flops: float | None = None) -> tuple[Op, Op]:
+    """Input-gradient and weight-gradient GEMMs of forward GEMM ``(m, n, k)``."""
+    half = None if flops is None else flops
+    return (ctx.gemm(name + ".dgrad", m, k, n, kind, half),
+            ctx.gemm(name + ".wgrad", k, n, m, kind, half))
+
+
+# ------------------------------------------------------------------------------------------
+# One layer
+# ------------------------------------------------------------------------------------------
+
+def _attention_core(ctx: _Ctx, p: str, backward: bool, kind: str | None = None) -> list[Op]:
+    m = ctx.model
+    heads = m.heads // ctx.tp
+    kvh = max(1, m.kv_heads // ctx.tp)
+    s_q = ctx.s // ctx.cp
+    model_flops = 4.0 * ctx.b * s_q * ctx.s * heads * m.head_dim
+    if ctx.flash:
+        kern = attention(ctx.b, heads, kvh, s_q, ctx.s, m.head_dim, backward=backward)
+        f = model_flops * (2 if backward else 1)
+        return [Op(p + (".attn.core.bwd" if backward else ".attn.core"), kind or "attention",
+                   ctx.time(kern), None, f)]
+    # unfused: two batched GEMMs and memory-bound passes over the scores
+    rows = ctx.b * heads * s_q
+    elems = rows * ctx.s
+    k_op = kind or "attention"
+    if not backward:
+        return [ctx.gemm(p + ".attn.scores", rows, ctx.s, m.head_dim, k_op),
+                ctx.ew(p + ".attn.softmax", elems * UNFUSED_SCORE_BYTES, k_op),
+                ctx.gemm(p + ".attn.attn_v", rows, m.head_dim, ctx.s, k_op)]
+    return [*_bwd_gemm(ctx, p + ".attn.attn_v", rows, m.head_dim, ctx.s, k_op),
+            ctx.ew(p + ".attn.softmax.bwd", elems * UNFUSED_SCORE_BYTES_BWD, k_op),
+            *_bwd_gemm(ctx, p + ".attn.scores", rows, ctx.s, m.head_dim, k_op)]
+
+
+def _tp_out(ctx: _Ctx, name: str) -> list[Op]:
+    """The ``g`` operator after a row-parallel GEMM: all-reduce, or reduce-scatter with SP."""
+    size = ctx.T * ctx.h * _B
+    if ctx.sp:
+        return ctx.comm(name + ".tp.reducescatter", "tp", "reducescatter", size)
+    return ctx.comm(name + ".tp.allreduce", "tp", "allreduce", size)
+
+
+def _tp_in(ctx: _Ctx, name: str) -> list[Op]:
+    """The ``f`` operator before a column-parallel GEMM: all-gather with SP, nothing without."""
+    if ctx.sp:
+        return ctx.comm(name + ".tp.allgather", "tp", "allgather", ctx.T * ctx.h * _B)
+    return []
+
+
+def _layer_forward(ctx: _Ctx, i: int, recompute: bool = False) -> list[Op]:
+    m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
+    p = f"l{i}" + (".recompute" if recompute else "")
+    gk = "recompute" if recompute else "gemm"
+    ek = "recompute" if recompute else "elementwise"
+    ops: list[Op] = [ctx.ew(p + ".attn.norm", Tsp * h * _B * 2, ek)]
+    ops += _tp_in(ctx, p + ".attn")
+    ops.append(ctx.gemm(p + ".attn.qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h, gk))
+    ops += ctx.comm(p + ".attn.cp.allgather", "cp", "allgather",
+                    ctx.b * ctx.s * 2 * max(m.kv_dim // tp, m.head_dim) * _B)
+    ops += _attention_core(ctx, p, False, "recompute" if recompute else None)
+    ops += _fp8_cast(ctx, p + ".attn.proj", T * m.q_dim // tp, ek)
+    ops.append(ctx.gemm(p + ".attn.proj", T, h, m.q_dim // tp, gk))
+    ops += _tp_out(ctx, p + ".attn")
+    ops.append(ctx.ew(p + ".attn.residual", Tsp * h * (3 * _B + 1), ek))
+    ops.append(ctx.ew(p + ".mlp.norm", Tsp * h * _B * 2, ek))
+    ops += _mlp_forward(ctx, i, p, gk, ek)
+    ops.append(ctx.ew(p + ".mlp.residual", Tsp * h * (3 * _B + 1), ek))
+    return ops
+
+
+def _dense_mlp_forward(ctx: _Ctx, p: str, ffn: int, gk: str, ek: str) -> list[Op]:
+    m, h, T, tp = ctx.model, ctx.h, ctx.T, ctx.tp
+    ops = list(_tp_in(ctx, p))
+    ops.append(ctx.gemm(p + ".fc1", T, m.fc1_width(ffn) // tp, h, gk))
+    ops.append(ctx.ew(p + ".act", T * (m.fc1_width(ffn) + ffn) // tp * _B, ek))
+    ops.append(ctx.gemm(p + ".fc2", T, h, ffn // tp, gk))
+    ops += _tp_out(ctx, p)
+    return ops
+
+
+def _moe_dims(ctx: _Ctx):
+    moe = ctx.model.moe
+    tokens = ctx.T // ctx.tp if ctx.sp else ctx.T        # tokens this rank routes
+    copies = tokens * moe.top_k * moe.capacity_factor     # R
+    gathered = copies * ctx.tp if ctx.sp else copies      # expert GEMM rows on this rank
+    return moe, tokens, copies, gathered
+
+
+def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
+    m, h, tp = ctx.model, ctx.h, ctx.tp
+    if not m.is_moe_layer(i):
+        return _dense_mlp_forward(ctx, p + ".mlp", m.ffn_hidden, gk, ek)
+    moe, tokens, copies, rows = _moe_dims(ctx)
+    fe = moe.expert_ffn_hidden
+    q = p + ".moe"
+    ops = [ctx.gemm(q + ".router", tokens, moe.experts, h, gk),
+           ctx.ew(q + ".route", tokens * moe.experts * 4 * 2 + copies * h * _B * 2, ek)]
+    ops += ctx.comm(q + ".ep.dispatch", "ep", "alltoall", copies * h * _B)
+    if ctx.sp:
+        ops += ctx.comm(q + ".tp.allgather", "tp", "allgather", rows * h * _B)
+    rows_i = int(round(rows))
+    model_rows = (ctx.T * moe.top_k)                       # without capacity padding
+    ops.append(ctx.gemm(q + ".experts.fc1", rows_i, m.fc1_width(fe) // tp, h, gk,
+                        2.0 * model_rows * h * m.fc1_width(fe) / tp))
+    ops.append(ctx.ew(q + ".experts.act", rows * (m.fc1_width(fe) + fe) // tp * _B, ek))
+    ops.append(ctx.gemm(q + ".experts.fc2", rows_i, h, fe // tp, gk,
+                        2.0 * model_rows * fe * h / tp))
+    if ctx.sp:
+        ops += ctx.comm(q + ".tp.reducescatter", "tp", "reducescatter", rows * h * _B)
+    ops += ctx.comm(q + ".ep.combine", "ep", "alltoall", copies * h * _B)
+    ops.append(ctx.ew(q + ".unpermute", copies * h * _B * 2, ek))
+    if moe.shared_experts:
+        ops += _dense_mlp_forward(ctx, q + ".shared", moe.shared_hidden * moe.shared_experts,
+                                  gk, ek)
+    return ops
+
+
+def _dense_mlp_backward(ctx: _Ctx, p: str, ffn: int) -> list[Op]:
+    m, h, T, tp = ctx.model, ctx.h, ctx.T, ctx.tp
+    ops: list[Op] = []
+    if ctx.sp:
+        ops += ctx.comm(p + ".tp.allgather.grad", "tp", "allgather", T * h * _B)
+    ops += _fp8_cast(ctx, p + ".fc2.grad", T * h, "elementwise")
+    ops += _bwd_gemm(ctx, p + ".fc2", T, h, ffn // tp)
+    ops.append(ctx.ew(p + ".act.bwd", 2 * T * (m.fc1_width(ffn) + ffn) // tp * _B))
+    if ctx.sp:
+        ops += ctx.comm(p + ".tp.allgather.input", "tp", "allgather", T * h * _B,
+                        overlapped=True)
+    ops += _input_grad(ctx, p, ".fc1", T, m.fc1_width(ffn) // tp, h)
+    return ops
+
+
+def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
+    m, h, tp = ctx.model, ctx.h, ctx.tp
+    if not m.is_moe_layer(i):
+        return _dense_mlp_backward(ctx, p + ".mlp", m.ffn_hidden)
+    moe, tokens, copies, rows = _moe_dims(ctx)
+    fe = moe.expert_ffn_hidden
+    q = p + ".moe"
+    rows_i = int(round(rows))
+    model_rows = ctx.T * moe.top_k
+    ops: list[Op] = []
+    if moe.shared_experts:
+        ops += _dense_mlp_backward(ctx, q + ".shared", moe.shared_hidden * moe.shared_experts)
+    ops.append(ctx.ew(q + ".unpermute.bwd", copies * h * _B * 2))
+    ops += ctx.comm(q + ".ep.combine.bwd", "ep", "alltoall", copies * h * _B)
+    if ctx.sp:
+        ops += ctx.comm(q + ".tp.allgather.grad", "tp", "allgather", rows * h * _B)
+    ops += _fp8_cast(ctx, q + ".experts.fc2.grad", rows * h, "elementwise")
+    ops += _bwd_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // tp,
+                     flops=2.0 * model_rows * fe * h / tp)
+    ops.append(ctx.ew(q + ".experts.act.bwd", 2 * rows * (m.fc1_width(fe) + fe) // tp * _B))
+    ops += _bwd_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // tp, h,
+                     flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
+    if ctx.sp:
+        ops += ctx.comm(q + ".tp.reducescatter.grad", "tp", "reducescatter", rows * h * _B)
+    ops += ctx.comm(q + ".ep.dispatch.bwd", "ep", "alltoall", copies * h * _B)
+    ops += _bwd_gemm(ctx, q + ".router", tokens, moe.experts, h)
+    return ops
+
+
+def _layer_backward(ctx: _Ctx, i: int) -> list[Op]:
+    m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
+    p = f"l{i}"
+    ops: list[Op] = []
+    if ctx.layout.recompute == "full":
+        ops += _layer_forward(ctx, i, recompute=True)
+    ops.append(ctx.ew(p + ".mlp.residual.bwd", 2 * Tsp * h * (3 * _B + 1)))
+    ops += _mlp_backward(ctx, i, p)
+    ops.append(ctx.ew(p + ".mlp.norm.bwd", 2 * Tsp * h * _B * 2))
+    ops.append(ctx.ew(p + ".attn.residual.bwd", 2 * Tsp * h * (3 * _B + 1)))
+    if ctx.sp:
+        ops += ctx.comm(p + ".attn.tp.allgather.grad", "tp", "allgather", T * h * _B)
+    ops += _fp8_cast(ctx, p + ".attn.proj.grad", T * h, "elementwise")
+    ops += _bwd_gemm(ctx, p + ".attn.proj", T, h, m.q_dim // tp)
+    if ctx.layout.recompute == "selective":
+        ops += _attention_core(ctx, p + ".recompute", False, "recompute")
+    ops += _attention_core(ctx, p, True)
+    ops += ctx.comm(p + ".attn.cp.reducescatter", "cp", "reducescatter",
+                    ctx.b * ctx.s * 2 * max(m.kv_dim // tp, m.head_dim) * _B)
+    if ctx.sp:
+        ops += ctx.comm(p + ".attn.tp.allgather.input", "tp", "allgather", T * h * _B,
+                        overlapped=True)
+    ops += _fp8_cast(ctx, p + ".attn.qkv.grad", T * (m.q_dim + 2 * m.kv_dim) // tp,
+                     "elementwise")
+    ops += _input_grad(ctx, p + ".attn", ".qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h)
+    ops.append(ctx.ew(p + ".attn.norm.bwd", 2 * Tsp * h * _B * 2))
+    return ops
+
+
+# ------------------------------------------------------------------------------------------
+# Embedding and head
+# ------------------------------------------------------------------------------------------
+
+def _embedding_forward(ctx: _Ctx) -> list[Op]:
+    h, T, Tsp = ctx.h, ctx.T, ctx.Tsp
+    ops = [ctx.ew("embed.lookup", T * h * _B * 2 + T * 8, "embedding")]
+    ops += _tp_out(ctx, "embed")
+    ops.append(ctx.ew("embed.dropout", Tsp * h * (2 * _B + 1), "embedding"))
+    return ops
+
+
+def _embedding_backward(ctx: _Ctx) -> list[Op]:
+    h, T, Tsp = ctx.h, ctx.T, ctx.Tsp
+    ops = [ctx.ew("embed.dropout.bwd", 2 * Tsp * h * (2 * _B + 1), "embedding")]
+    if ctx.sp:
+        ops += ctx.comm("embed.tp.allgather.grad", "tp", "allgather", T * h * _B)
+    # scatter-add of the gradient rows into the fp32 main gradient
+    ops.append(ctx.ew("embed.grad", T * h * (_B + 8), "embedding"))
+    return ops
+
+
+def _vocab(ctx: _Ctx) -> int:
+    return -(-ctx.model.vocab // ctx.tp)       # ceil: Megatron pads the vocabulary
+
+
+def _head_forward(ctx: _Ctx) -> list[Op]:
+    h, T, Tsp, v = ctx.h, ctx.T, ctx.Tsp, _vocab(ctx)
+    ops = [ctx.ew("head.norm", Tsp * h * _B * 2, "loss")]
+    ops += _tp_in(ctx, "head")
+    ops.append(ctx.gemm("head.logits", T, v, h, "loss"))
+    # fp32 upcast, max, exp, sum, softmax kept for backward: ~10 bytes per logit
+    ops.append(ctx.ew("head.xent", T * v * 10, "loss"))
+    for what in ("max", "target", "sumexp"):
+        ops += ctx.comm(f"head.xent.tp.allreduce.{what}", "tp", "allreduce", T * 4)
+    return ops
+
+
+def _head_backward(ctx: _Ctx) -> list[Op]:
+    h, T, Tsp, v = ctx.h, ctx.T, ctx.Tsp, _vocab(ctx)
+    ops = [ctx.ew("head.xent.bwd", T * v * 6, "loss")]
+    dgrad, wgrad = _bwd_gemm(ctx, "head.logits", T, v, h, "loss")
+    if ctx.sp:
+        ops += ctx.comm("head.tp.allgather.input", "tp", "allgather", T * h * _B,
+                        overlapped=True)
+    ops.append(dgrad)
+    if ctx.sp:
+        ops += ctx.comm("head.tp.reducescatter.grad", "tp", "reducescatter", T * h * _B,
+                        overlapped=True)
+    else:
+        ops += ctx.comm("head.tp.allreduce.grad", "tp", "allreduce", T * h * _B,
+                        overlapped=True)
+    ops.append(wgrad)
+    ops.append(ctx.ew("head.norm.bwd", 2 * Tsp * h * _B * 2, "loss"))
+    return ops
+
+
+# ------------------------------------------------------------------------------------------
+# The step
+# ------------------------------------------------------------------------------------------
+
+def _chunk(ctx: _Ctx, stage: int, virtual: int) -> ChunkWork:
+    lay = ctx.layout
+    layers = chunk_layers(ctx.model, lay, stage, virtual)
+    first = stage == 0 and virtual == 0
+    last = stage == lay.pp - 1 and virtual == lay.virtual_stages - 1
+    fwd: list[Op] = _embedding_forward(ctx) if first else []
+    for i in layers:
+        fwd += _layer_forward(ctx, i)
+    bwd: list[Op] = []
+    if last:
+        fwd += _head_forward(ctx)
+        bwd += _head_backward(ctx)
+    for i in reversed(layers):
+        bwd += _layer_backward(ctx, i)
+    if first:
+        bwd += _embedding_backward(ctx)
+    dense, expert = chunk_params(ctx.model, lay, stage, virtual)
+    act = 0 if last else int(ctx.Tsp * ctx.h * _B)
+    return ChunkWork(
+        stage=stage, virtual=virtual, layers=len(layers), forward=tuple(fwd),
+        backward=tuple(bwd), activation_bytes=act,
+        grad_bytes=int(round((dense + expert) * main_grad_bytes(lay))),
+        param_bytes=int(round((dense + expert) * _B)))
+
+
+def _optimizer_s(ctx: _Ctx) -> float:
+    lay = ctx.layout
+    sharded = lay.distributed_optimizer or lay.zero_stage > 0 or lay.fsdp
+    shard = lay.dp * lay.cp if sharded else 1
+    worst = 0.0
+    for stage in range(lay.pp):
+        dense = expert = 0.0
+        for v in range(lay.virtual_stages):
+            d, e = chunk_params(ctx.model, lay, stage, v)
+            dense, expert = dense + d, expert + e
+        params = dense / shard + expert / max(1.0, shard / lay.ep if sharded else 1.0)
+        worst = max(worst, ctx.time(adam(params, ctx.precision)))
+    return worst
+
+
+def step_work(model: TransformerConfig, layout: Layout, device, *,
+              kernels: KernelTable | None = None) -> StepWork:
+    """What one rank of each pipeline chunk does per micro-batch, and the per-step totals.
+
+    ``device``: a :class:`simulator.topology.devices.Device` or a preset name. ``kernels``: a
+    measured :class:`~.compute.KernelTable` replacing roofline times. The layout is checked first
+    (:func:`.layout.check_layout`, device precision included); memory is not
+    (:func:`.memory.check_memory`).
+    """
+    dev = resolve_device(device)
+    check_layout(model, layout, device=dev)
+    ctx = _Ctx(model, layout, dev, kernels, uses_flash(layout, dev))
+    chunks = {(s, v): _chunk(ctx, s, v)
+              for s in range(layout.pp) for v in range(layout.virtual_stages)}
+    notes = [
+        "context parallelism modelled as all-gather of K,V per layer (Llama 3 style); "
+        "Megatron's default ring overlaps its cp-1 steps with attention",
+        "expert tensor parallelism = tp (Megatron's default); grad_bytes lumps expert "
+        "gradients, which reduce over the expert-data-parallel group (dp x cp / ep)",
+        f"gradients reduced in {'fp32' if main_grad_bytes(layout) == 4 else '16-bit'} "
+        "(Megatron's default for the precision)",
+    ]
+    if model.tied_embeddings and layout.pp > 1:
+        notes.append("tied embeddings: the word-embedding gradient is also all-reduced between "
+                     "the first and last stage once per step (not in the chunks)")
+    if layout.precision == "fp8":
+        notes.append("fp8: GEMMs at the fp8 peak; attention, element-wise ops and "
+                     "communication stay 16-bit")
+    if not ctx.flash:
+        notes.append("attention unfused (no FlashAttention on this GPU or by request)")
+    return StepWork(
+        chunks=chunks, pp=layout.pp, virtual_stages=layout.virtual_stages,
+        micro_batches=layout.micro_batches, optimizer_s=_optimizer_s(ctx),
+        model_flops_per_step=model_flops_per_step(model, layout.global_batch, "none"),
+        hardware_flops_per_step=model_flops_per_step(model, layout.global_batch,
+                                                     layout.recompute),
+        tokens_per_step=layout.global_batch * model.seq_len, notes=tuple(notes))

@@ -1,0 +1,207 @@
+"""A parallel layout: how a transformer's training step is cut over GPUs.
+
+Degrees (Megatron-LM's names; Shoeybi et al. 2019, Narayanan et al. SC 2021, Korthikanti et al.
+2022): ``tp`` tensor, ``cp`` context (sequence split across ranks, ring attention), ``ep`` expert
+(MoE layers' experts spread over ranks; carved out of the data-parallel ranks as Megatron does),
+``pp`` pipeline stages, ``dp`` data-parallel replicas. ``tp x cp x pp x dp`` is the GPU count.
+
+The rest says how the step runs: micro-batch and global batch (micro-batches per pipeline =
+global / (dp x micro)), the pipeline schedule (``gpipe``, ``1f1b``, ``interleaved`` with
+``virtual_stages`` chunks per stage), sequence parallelism (tensor-parallel all-reduces become
+reduce-scatter + all-gather), ZeRO stage 0-3 or FSDP, Megatron's distributed optimizer,
+activation recompute (``none``, ``selective``, ``full``), the gradient bucket size, and the
+precision of the matrix products (``bf16``, ``fp16``, ``fp8``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import ConfigError
+
+__all__ = ["Layout", "PIPELINE_KINDS", "RECOMPUTE", "PRECISIONS", "ATTENTION_KINDS",
+           "MAIN_GRADS", "check_layout", "main_grad_bytes"]
+
+PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+#: Attention kernel: ``auto`` picks FlashAttention on Ampere and newer, unfused before.
+ATTENTION_KINDS = ("auto", "flash", "unfused")
+#: Precision of the main gradients that are accumulated and reduced over data parallelism:
+#: ``auto`` is Megatron-LM's default, fp32 for bf16 training (``--accumulate-allreduce-grads-in-
+#: fp32`` is forced on for bf16 in ``megatron/training/arguments.py``) and the 16-bit model dtype
+#: for fp16 training.
+MAIN_GRADS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp: int = 1
+    virtual_stages: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    pipeline: str = "1f1b"
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    fsdp: bool = False
+    distributed_optimizer: bool = False
+    recompute: str = "none"
+    bucket_bytes: int | None = None  # None: Megatron-Core's default (bucket_bytes_of)
+    precision: str = "bf16"
+    tp_overlap: bool = False          # TP communication overlapped with GEMMs (userbuffers)
+    order: str = "tp-cp-ep-dp-pp"     # rank order, fastest-varying first (Megatron's default)
+    attention: str = "auto"           # see ATTENTION_KINDS
+    main_grads: str = "auto"          # see MAIN_GRADS
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per step: global / (dp x micro)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+
+def main_grad_bytes(layout: Layout) -> int:
+    """Bytes per parameter of the gradients reduced over data parallelism (see
+    :data:`MAIN_GRADS`)."""
+    kind = layout.main_grads
+    if kind == "auto":
+        kind = "fp16" if layout.precision == "fp16" else "fp32"
+    return 4 if kind == "fp32" else 2
+
+
+def bucket_bytes_of(layout: Layout) -> int:
+    """Bytes of one data-parallel gradient bucket: ``layout.bucket_bytes``, else Megatron-Core's
+    default of ``max(40,000,000, 1,000,000 x dp_cp)`` parameters (``DistributedDataParallelConfig.
+    bucket_size``: "larger DP sizes need larger buckets to ensure collectives do not become
+    latency-bound") of :func:`main_grad_bytes` each."""
+    if layout.bucket_bytes is not None:
+        return int(layout.bucket_bytes)
+    return max(40_000_000, 1_000_000 * layout.dp * layout.cp) * main_grad_bytes(layout)
+
+
+def _positive(layout: Layout, name: str) -> int:
+    value = getattr(layout, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"layout {name} must be a positive integer, not {value!r}")
+    return value
+
+
+def check_layout(model, layout: Layout, gpus: int | None = None, device=None) -> Layout:
+    """Refuse a layout that cannot run ``model``, in one line saying what does not divide what.
+
+    The rules are Megatron-LM's (``megatron/training/arguments.py``,
+    ``megatron/core/transformer/transformer_config.py``,
+    ``megatron/core/model_parallel_config.py``, ``megatron/core/pipeline_parallel/
+    schedules.py``, ``megatron/core/utils.py: get_batch_on_this_cp_rank``):
+
+    * ``heads % tp == 0``; query groups: ``kv_heads % tp == 0`` or ``tp % kv_heads == 0``
+      ("num_query_groups must be a multiple or divisor of tensor_model_parallel_size");
+    * ``ffn_hidden % tp == 0`` (column-parallel split; the vocabulary is padded, never refused);
+    * ``layers % (pp x virtual_stages) == 0`` (Megatron requires it for interleaving and, unless
+      first/last stages are given explicitly, for plain pipelines);
+    * ``global_batch % (dp x micro_batch) == 0``;
+    * interleaved: ``virtual_stages >= 2``, ``pp >= 2`` and ``micro_batches % pp == 0`` (the
+      schedule's default micro-batch group is ``pp``; a last group smaller than ``pp`` is
+      refused); ``virtual_stages > 1`` needs the interleaved schedule;
+    * context parallelism: ``seq_len % (2 x cp) == 0`` (each rank gets two of ``2·cp`` chunks,
+      for causal load balance); with sequence parallelism ``(seq_len / cp) % tp == 0``;
+    * experts: ``ep > 1`` needs an MoE model, ``experts % ep == 0``, and ``(dp x cp) % ep == 0``
+      (expert parallelism is carved out of the data- and context-parallel ranks: Megatron requires
+      ``expert_tensor x expert x pipeline`` to divide the world size, with expert tensor
+      parallelism defaulting to ``tp``); an MoE model with ``tp > 1`` is modelled with sequence
+      parallelism only;
+    * ``tp x cp x pp x dp == gpus`` when ``gpus`` is given;
+    * ZeRO stage 0..3 (FSDP is stage 3); Megatron's distributed optimizer is ZeRO-1 style and
+      does not combine with a ZeRO stage > 0;
+    * fp8 needs a GPU with FP8 tensor cores (and bf16 an Ampere or newer GPU) when ``device``
+      is given.
+
+    Returns the layout unchanged.
+    """
+
+    for name in ("tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch", "global_batch"):
+        _positive(layout, name)
+    for name, valid in (("pipeline", PIPELINE_KINDS), ("recompute", RECOMPUTE),
+                        ("precision", PRECISIONS), ("attention", ATTENTION_KINDS),
+                        ("main_grads", MAIN_GRADS)):
+        value = getattr(layout, name)
+        if value not in valid:
+            raise ConfigError(f"{name} must be one of {', '.join(valid)}, not {value!r}")
+    if isinstance(layout.zero_stage, bool) or layout.zero_stage not in (0, 1, 2, 3):
+        raise ConfigError(f"ZeRO stage must be one of 0, 1, 2, 3, not {layout.zero_stage!r}")
+    if layout.distributed_optimizer and (layout.zero_stage > 0 or layout.fsdp):
+        raise ConfigError("the distributed optimizer already shards optimizer states (ZeRO-1 "
+                          "style); use it or a ZeRO stage / FSDP, not both")
+    if layout.bucket_bytes is not None and (not isinstance(layout.bucket_bytes, int)
+                                            or layout.bucket_bytes < 1):
+        raise ConfigError(f"bucket_bytes must be a positive integer, not {layout.bucket_bytes!r}")
+
+    tp, cp, ep, pp, dp, v = (layout.tp, layout.cp, layout.ep, layout.pp, layout.dp,
+                             layout.virtual_stages)
+    if gpus is not None and layout.gpus != gpus:
+        raise ConfigError(f"tp x cp x pp x dp = {tp} x {cp} x {pp} x {dp} = {layout.gpus} "
+                          f"GPUs, not the {gpus} given")
+    if model.heads % tp:
+        raise ConfigError(f"{model.name}: {model.heads} attention heads are not divisible by "
+                          f"tp = {tp}")
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ConfigError(f"{model.name}: {model.kv_heads} key/value heads must be a multiple "
+                          f"or a divisor of tp = {tp} (Megatron's rule for query groups)")
+    if model.ffn_hidden % tp:
+        raise ConfigError(f"{model.name}: ffn_hidden {model.ffn_hidden} is not divisible by "
+                          f"tp = {tp}")
+    if model.moe is not None and model.moe.expert_ffn_hidden % tp:
+        raise ConfigError(f"{model.name}: expert ffn_hidden {model.moe.expert_ffn_hidden} is "
+                          f"not divisible by tp = {tp} (expert tensor parallelism = tp)")
+    if v > 1 and layout.pipeline != "interleaved":
+        raise ConfigError(f"virtual_stages = {v} needs pipeline 'interleaved', "
+                          f"not {layout.pipeline!r}")
+    if layout.pipeline == "interleaved":
+        if v < 2:
+            raise ConfigError("the interleaved schedule needs virtual_stages >= 2")
+        if pp < 2:
+            raise ConfigError("the interleaved schedule needs pp >= 2")
+    if model.layers < pp * v or (model.layers % (pp * v) and
+                                 -(-model.layers // (pp * v)) * pp * v - model.layers > 2):
+        raise ConfigError(f"{model.name}: {model.layers} layers do not split over pp x "
+                          f"virtual_stages = {pp} x {v} = {pp * v} chunks: they must divide "
+                          f"evenly, or be at most 2 short of a multiple (the first and last "
+                          f"chunks then hold one layer fewer, as Llama 3 405B's 126 on 16 "
+                          f"stages)")
+    if layout.global_batch % (dp * layout.micro_batch):
+        raise ConfigError(f"global_batch {layout.global_batch} is not divisible by dp x "
+                          f"micro_batch = {dp} x {layout.micro_batch} = "
+                          f"{dp * layout.micro_batch}")
+    m = layout.micro_batches
+    if layout.pipeline == "interleaved" and m % pp:
+        raise ConfigError(f"the interleaved schedule needs micro-batches ({m} = global_batch / "
+                          f"(dp x micro_batch)) divisible by pp = {pp}")
+    if cp > 1 and model.seq_len % (2 * cp):
+        raise ConfigError(f"{model.name}: seq_len {model.seq_len} is not divisible by 2 x cp = "
+                          f"{2 * cp} (context parallelism splits the sequence into 2·cp chunks)")
+    if layout.sequence_parallel and tp > 1 and (model.seq_len // cp) % tp:
+        raise ConfigError(f"{model.name}: sequence parallelism splits seq_len / cp = "
+                          f"{model.seq_len // cp} over tp = {tp}, which does not divide it")
+    if ep > 1:
+        if model.moe is None:
+            raise ConfigError(f"{model.name} has no experts; ep = {ep} needs an MoE model")
+        if model.moe.experts % ep:
+            raise ConfigError(f"{model.name}: {model.moe.experts} experts are not divisible by "
+                              f"ep = {ep}")
+        if (dp * cp) % ep:
+            raise ConfigError(f"ep = {ep} must divide dp x cp = {dp} x {cp} = {dp * cp} (expert "
+                              f"parallelism is carved out of the data-parallel ranks)")
+    if model.moe is not None and tp > 1 and not layout.sequence_parallel:
+        raise ConfigError(f"{model.name}: an MoE model with tp = {tp} is modelled with "
+                          f"sequence parallelism only (set sequence_parallel)")
+    if device is not None:
+        from .compute import check_precision
+        check_precision(device, layout.precision)
+    return layout

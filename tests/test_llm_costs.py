@@ -1,0 +1,307 @@
+"""Kernel times, layout refusals and the StepWork built for hybrid-parallel layouts."""
+
+import collections
+from dataclasses import replace
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.topology.devices import get_device
+from simulator.workload.llm.compute import (ADAM_BYTES_PER_PARAM, TRAINING_GEMM_EFFICIENCY,
+                                            KernelTable, adam, attention, check_precision,
+                                            gemm, gemm_shape_factor, kernel_time, peak_flops,
+                                            roofline_time)
+from simulator.workload.llm.costs import step_work
+from simulator.workload.llm.layout import Layout, check_layout
+from simulator.workload.llm.model import TransformerConfig
+from simulator.workload.llm.registry import get_llm_model
+
+GPT = get_llm_model("megatron-gpt-7.5b")          # 36 layers, h 4096, 32 heads, s 2048
+LLAMA = get_llm_model("llama3-8b")
+MIXTRAL = get_llm_model("mixtral-8x7b")
+
+
+# ------------------------------------------------------------------ peaks and roofline
+def test_fp8_refused_without_fp8_tensor_cores():
+    for name in ("a100-sxm4-80gb", "v100-sxm2-32gb"):
+        with pytest.raises(ConfigError) as err:
+            check_precision(name, "fp8")
+        assert "\n" not in str(err.value) and name in str(err.value)
+    assert peak_flops("h100-sxm5-80gb", "fp8") == 1979e12
+    assert peak_flops("a100-sxm4-80gb", "tf32") == 156e12
+    assert peak_flops("a100-sxm4-80gb", "bf16") == 312e12
+    with pytest.raises(ConfigError, match="bf16"):
+        check_precision("v100-sxm2-32gb", "bf16")
+
+
+def test_hand_computed_gemm_time():
+    dev = get_device("a100-sxm4-80gb")
+    m = n = k = 8192
+    # 64 x 64 = 4096 tiles of 128 x 128 on 108 SMs: 38 waves, last one partial
+    factor = 4096 / (38 * 108)
+    assert gemm_shape_factor(m, n, k, 108) == pytest.approx(factor)
+    # MAMF fraction 0.869 x the fitted in-training GEMM efficiency 0.785
+    assert TRAINING_GEMM_EFFICIENCY == 0.785
+    expected = 2 * m * n * k / (312e12 * 0.869 * 0.785 * factor) + 5e-6
+    assert roofline_time(dev, gemm(m, n, k)) == pytest.approx(expected)
+
+
+def test_gemm_time_is_monotone_in_every_dimension():
+    dev = get_device("h100-sxm5-80gb")
+    for base in ((1024, 1024, 1024), (4096, 512, 8192), (128, 50000, 4096)):
+        for axis in range(3):
+            times = []
+            for scale in (1, 2, 3, 4, 8):
+                dims = list(base)
+                dims[axis] *= scale
+                times.append(roofline_time(dev, gemm(*dims)))
+            assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:]))
+
+
+def test_small_gemms_get_a_lower_fraction_and_memory_bound_ops_follow_bandwidth():
+    dev = get_device("a100-sxm4-80gb")
+    big, small = gemm(8192, 8192, 8192), gemm(256, 256, 8192)
+    rate = lambda kern: kern.flops / (roofline_time(dev, kern) - 5e-6)
+    assert rate(small) < 0.5 * rate(big)
+    from simulator.workload.llm.compute import elementwise
+    t = roofline_time(dev, elementwise("x", 2e9))
+    assert t == pytest.approx(2e9 / (2039e9 * 0.90) + 5e-6)
+
+
+def test_flash_attention_time_uses_the_published_fraction():
+    dev = get_device("a100-sxm4-80gb")
+    fwd = attention(1, 32, 32, 2048, 2048, 128)
+    assert fwd.flops == 4 * 2048 * 2048 * 32 * 128 / 2                      # causal
+    assert roofline_time(dev, fwd) == pytest.approx(fwd.flops / (312e12 * 0.73) + 5e-6)
+    bwd = attention(1, 32, 32, 2048, 2048, 128, backward=True)
+    assert bwd.flops == 2.5 * fwd.flops
+    assert roofline_time(dev, bwd) == pytest.approx(bwd.flops / (312e12 * 0.50) + 5e-6)
+
+
+def test_optimizer_bytes_follow_megatrons_step():
+    # grad norm 4 + Adam 28 + main -> model copy 6 + zeroed grad buffer 4; fp16 unscale + 8
+    assert ADAM_BYTES_PER_PARAM == 42
+    assert adam(1e9).bytes == 42e9
+    assert adam(1e9, "fp16").bytes == 50e9
+
+
+def test_unfused_attention_bytes_are_not_counted_twice():
+    from simulator.workload.llm import costs
+    lay = Layout(tp=8, micro_batch=4, global_batch=4, precision="fp16", attention="unfused")
+    model = TransformerConfig(name="k22b", layers=2, hidden=6144, heads=64,
+                              ffn_hidden=4 * 6144, vocab=51200, seq_len=2048)
+    work = step_work(model, lay, "a100-sxm4-80gb")
+    chunk = work.chunks[(0, 0)]
+    ops = {o.name: o for o in chunk.forward + chunk.backward}
+    elems = 4 * (64 // 8) * 2048 * 2048
+    bw = 2039e9 * 0.90
+    # the softmax/dropout passes between the GEMMs: 9 bytes forward, 11 backward per score
+    assert costs.UNFUSED_SCORE_BYTES == 9 and costs.UNFUSED_SCORE_BYTES_BWD == 11
+    assert ops["l0.attn.softmax"].compute_s == pytest.approx(elems * 9 / bw + 5e-6)
+    assert ops["l0.attn.softmax.bwd"].compute_s == pytest.approx(elems * 11 / bw + 5e-6)
+
+
+def test_dgx2_v100_runs_on_the_v100_entries():
+    # v100-sxm3-32gb has no DEVICE_EFFICIENCY entry: the same GV100 silicon's is used
+    kern = gemm(8192, 8192, 8192, "fp16")
+    assert roofline_time("v100-sxm3-32gb", kern) == roofline_time("v100-sxm2-32gb", kern)
+
+
+# ------------------------------------------------------------------ kernel tables
+def test_kernel_table_overrides_and_reports_missing_entries(tmp_path):
+    kern = gemm(4096, 12288, 4096)
+    table = KernelTable({(kern.op, kern.shape): 1.0})
+    assert kernel_time("a100-sxm4-80gb", kern, table) == 1.0
+    other = gemm(4096, 4096, 4096)
+    with pytest.raises(ConfigError) as err:
+        kernel_time("a100-sxm4-80gb", other, table)
+    assert other.shape in str(err.value) and "gemm" in str(err.value)
+    lenient = KernelTable({(kern.op, kern.shape): 1.0}, fallback=True)
+    assert kernel_time("a100-sxm4-80gb", other, lenient) == \
+        roofline_time("a100-sxm4-80gb", other)
+    path = tmp_path / "kernels.csv"
+    path.write_text(f"op,shape,time_s\n{kern.op},\"{kern.shape}\",0.5\n")
+    assert KernelTable.from_csv(path).lookup(kern.op, kern.shape) == 0.5
+    bad = tmp_path / "bad.csv"
+    bad.write_text("op,time_s\ngemm,1\n")
+    with pytest.raises(ConfigError, match="shape"):
+        KernelTable.from_csv(bad)
+
+
+def test_kernel_table_changes_step_times():
+    layout = Layout(tp=1, dp=1, global_batch=1)
+    base = step_work(GPT, layout, "a100-sxm4-80gb")
+    qkv = gemm(2048, 3 * 4096, 4096)
+    table = KernelTable({(qkv.op, qkv.shape): 1.0}, fallback=True)
+    slow = step_work(GPT, layout, "a100-sxm4-80gb", kernels=table)
+    chunk, slow_chunk = base.chunks[(0, 0)], slow.chunks[(0, 0)]
+    assert slow_chunk.forward_compute_s > chunk.forward_compute_s + 30   # 36 layers x ~1 s
+    assert slow_chunk.backward_compute_s == pytest.approx(chunk.backward_compute_s)
+    with pytest.raises(ConfigError, match="no entry"):
+        step_work(GPT, layout, "a100-sxm4-80gb", kernels=KernelTable({}))
+
+
+# ------------------------------------------------------------------ layout refusals
+BAD_LAYOUTS = [
+    (GPT, Layout(tp=3), None, "heads"),
+    (TransformerConfig("gqa", 4, 3072, 48, 8192, 1000, 1024, kv_heads=6), Layout(tp=4), None,
+     "multiple or a divisor"),
+    (GPT, Layout(pp=5, global_batch=5), None, "pp x virtual_stages"),
+    (GPT, Layout(pp=4, virtual_stages=2, pipeline="interleaved", global_batch=8), None,
+     "pp x virtual_stages"),
+    (GPT, Layout(dp=4, micro_batch=2, global_batch=12), None, "dp x micro_batch"),
+    (GPT, Layout(pp=4, virtual_stages=3, pipeline="interleaved", global_batch=6), None,
+     "divisible by pp"),
+    (GPT, Layout(virtual_stages=2, pp=2, global_batch=2), None, "interleaved"),
+    (GPT, Layout(cp=3), None, "2 x cp"),
+    (GPT, Layout(ep=2, dp=2, global_batch=2), None, "no experts"),
+    (MIXTRAL, Layout(ep=3, dp=3, global_batch=3), None, "experts are not divisible"),
+    (MIXTRAL, Layout(ep=4, dp=2, global_batch=2), None, "must divide dp x cp"),
+    (MIXTRAL, Layout(tp=2), None, "sequence parallelism"),
+    (GPT, Layout(tp=2, dp=2), 8, "GPUs"),
+    (GPT, Layout(zero_stage=5), None, "ZeRO stage"),
+    (GPT, Layout(zero_stage=1, distributed_optimizer=True), None, "not both"),
+    (GPT, Layout(precision="fp8"), "a100", "fp8"),
+    (GPT, Layout(tp=8, sequence_parallel=True, cp=2, dp=1), None, None),   # accepted
+]
+
+
+@pytest.mark.parametrize("model,layout,extra,needle", BAD_LAYOUTS)
+def test_layout_refusals_are_one_line(model, layout, extra, needle):
+    kwargs = {}
+    if extra == "a100":
+        kwargs["device"] = get_device("a100-sxm4-80gb")
+    elif extra is not None:
+        kwargs["gpus"] = extra
+    if needle is None:
+        assert check_layout(model, layout, **kwargs) is layout
+        return
+    with pytest.raises(ConfigError) as err:
+        check_layout(model, layout, **kwargs)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ step work
+def _comm_counts(ops, prefix="l0."):
+    return collections.Counter((o.comm.group, o.comm.collective) for o in ops
+                               if o.comm and o.name.startswith(prefix))
+
+
+def _flop_totals(work, layout):
+    ranks = layout.tp * layout.cp * layout.dp * work.micro_batches
+    ops = [o for c in work.chunks.values() for o in c.forward + c.backward]
+    model = sum(o.flops for o in ops if o.kind != "recompute") * ranks
+    hardware = sum(o.flops for o in ops) * ranks
+    return model, hardware
+
+
+def test_tensor_parallel_without_sp_two_allreduces_each_way():
+    layout = Layout(tp=8, dp=2, global_batch=4)
+    work = step_work(GPT, layout, "a100-sxm4-80gb")
+    chunk = work.chunks[(0, 0)]
+    assert _comm_counts(chunk.forward) == {("tp", "allreduce"): 2}
+    assert _comm_counts(chunk.backward) == {("tp", "allreduce"): 2}
+    sizes = {o.comm.size_bytes for o in chunk.forward if o.comm and o.name.startswith("l0.")}
+    assert sizes == {1 * 2048 * 4096 * 2}
+    assert all(o.comm.overlapped for o in chunk.backward if o.comm and o.name.startswith("l0."))
+
+
+def test_sequence_parallel_gathers_and_scatters():
+    layout = Layout(tp=8, dp=1, sequence_parallel=True)
+    chunk = step_work(GPT, layout, "a100-sxm4-80gb").chunks[(0, 0)]
+    assert _comm_counts(chunk.forward) == {("tp", "allgather"): 2, ("tp", "reducescatter"): 2}
+    # backward: gradient all-gathers, input re-gathers (overlapped), input-gradient RS
+    assert _comm_counts(chunk.backward) == {("tp", "allgather"): 4, ("tp", "reducescatter"): 2}
+    assert chunk.activation_bytes == 0           # single chunk is also the last
+    sp2 = step_work(GPT, replace(layout, pp=2, global_batch=2), "a100-sxm4-80gb")
+    assert sp2.chunks[(0, 0)].activation_bytes == 2048 * 4096 * 2 // 8
+
+
+def test_context_parallel_gathers_keys_and_values():
+    layout = Layout(tp=2, cp=4, dp=1, sequence_parallel=True)
+    chunk = step_work(LLAMA, layout, "h100-sxm5-80gb").chunks[(0, 0)]
+    fwd, bwd = _comm_counts(chunk.forward), _comm_counts(chunk.backward)
+    assert fwd[("cp", "allgather")] == 1 and bwd[("cp", "reducescatter")] == 1
+    cp_op = next(o for o in chunk.forward if o.comm and o.comm.group == "cp")
+    assert cp_op.comm.size_bytes == 8192 * 2 * (1024 // 2) * 2      # b·s·2·kv_dim/tp·2
+    tp_op = next(o for o in chunk.forward if o.comm and o.comm.group == "tp")
+    assert tp_op.comm.size_bytes == 8192 // 4 * 4096 * 2            # tokens b·s/cp
+
+
+def test_expert_parallel_all_to_all_per_moe_layer():
+    layout = Layout(tp=2, ep=4, dp=4, global_batch=4, sequence_parallel=True)
+    chunk = step_work(MIXTRAL, layout, "h100-sxm5-80gb").chunks[(0, 0)]
+    fwd, bwd = _comm_counts(chunk.forward), _comm_counts(chunk.backward)
+    assert fwd[("ep", "alltoall")] == 2 and bwd[("ep", "alltoall")] == 2
+    a2a = next(o for o in chunk.forward if o.comm and o.comm.group == "ep")
+    assert a2a.comm.size_bytes == 32768 // 2 * 2 * 4096 * 2   # T/tp tokens x top-2 x h x 2 B
+    deepseek = get_llm_model("deepseekmoe-16b")
+    lay = Layout(ep=8, dp=8, global_batch=8)
+    ds = step_work(deepseek, lay, "h100-sxm5-80gb").chunks[(0, 0)]
+    assert not _comm_counts(ds.forward, "l0.")                 # the dense first layer
+    assert _comm_counts(ds.forward, "l1.") == {("ep", "alltoall"): 2}
+
+
+def test_recompute_adds_forward_ops_to_backward():
+    plain = step_work(GPT, Layout(), "a100-sxm4-80gb").chunks[(0, 0)]
+    full = step_work(GPT, Layout(recompute="full"), "a100-sxm4-80gb").chunks[(0, 0)]
+    sel = step_work(GPT, Layout(recompute="selective"), "a100-sxm4-80gb").chunks[(0, 0)]
+    fwd_gemms = sum(o.kind == "gemm" and o.name.startswith("l0.") for o in plain.forward)
+    re_full = [o for o in full.backward if o.kind == "recompute" and o.name.startswith("l0.")]
+    assert sum(".attn.core" not in o.name for o in re_full) >= fwd_gemms
+    re_sel = [o for o in sel.backward if o.kind == "recompute"]
+    assert len(re_sel) == GPT.layers and all("attn.core" in o.name for o in re_sel)
+    assert full.backward_compute_s > sel.backward_compute_s > plain.backward_compute_s
+
+
+@pytest.mark.parametrize("model,layout,device", [
+    (GPT, Layout(tp=4, pp=3, dp=2, global_batch=12, recompute="full"), "a100-sxm4-80gb"),
+    (LLAMA, Layout(tp=2, cp=2, pp=2, dp=2, global_batch=8, sequence_parallel=True,
+                   recompute="selective"), "h100-sxm5-80gb"),
+    (MIXTRAL, Layout(tp=2, ep=4, pp=4, dp=4, global_batch=32, sequence_parallel=True,
+                     pipeline="interleaved", virtual_stages=2), "h100-sxm5-80gb"),
+    (get_llm_model("megatron-gpt2-1.2b"), Layout(precision="fp16", global_batch=2),
+     "v100-sxm2-32gb"),
+])
+def test_op_flops_add_up_to_model_and_hardware_flops(model, layout, device):
+    work = step_work(model, layout, device)
+    model_flops, hardware_flops = _flop_totals(work, layout)
+    assert model_flops == pytest.approx(work.model_flops_per_step, rel=1e-9)
+    assert hardware_flops == pytest.approx(work.hardware_flops_per_step, rel=1e-9)
+    assert work.tokens_per_step == layout.global_batch * model.seq_len
+
+
+def test_chunks_embedding_head_and_bytes():
+    layout = Layout(tp=2, pp=4, dp=1, global_batch=8)
+    work = step_work(GPT, layout, "a100-sxm4-80gb")
+    assert set(work.chunks) == {(s, 0) for s in range(4)}
+    names = lambda c: {o.name.split(".")[0] for o in c.forward}
+    assert "embed" in names(work.chunks[(0, 0)]) and "head" not in names(work.chunks[(0, 0)])
+    assert "head" in names(work.chunks[(3, 0)]) and "embed" not in names(work.chunks[(3, 0)])
+    middle = work.chunks[(1, 0)]
+    assert middle.layers == 9 and not names(middle) & {"embed", "head"}
+    assert middle.grad_bytes == 2 * middle.param_bytes            # fp32 main grads, bf16 weights
+    assert middle.activation_bytes == 2048 * 4096 * 2
+    assert work.chunks[(3, 0)].activation_bytes == 0
+    assert work.micro_batches == 8 and work.optimizer_s > 0
+    fp16 = step_work(GPT, replace(layout, precision="fp16"), "a100-sxm4-80gb")
+    assert fp16.chunks[(1, 0)].grad_bytes == fp16.chunks[(1, 0)].param_bytes
+
+
+def test_interleaved_chunks_hold_layers_in_megatron_order():
+    layout = Layout(pp=4, virtual_stages=3, pipeline="interleaved", global_batch=8)
+    work = step_work(GPT, layout, "a100-sxm4-80gb")
+    assert len(work.chunks) == 12 and work.virtual_stages == 3
+    first_layer = lambda c: min(int(o.name.split(".")[0][1:]) for o in c.forward
+                                if o.name.startswith("l"))
+    assert first_layer(work.chunks[(1, 0)]) == 3 and first_layer(work.chunks[(0, 1)]) == 12
+
+
+def test_fp8_gemms_are_faster_on_h100_and_unfused_attention_on_v100():
+    bf16 = step_work(LLAMA, Layout(), "h100-sxm5-80gb").chunks[(0, 0)]
+    fp8 = step_work(LLAMA, Layout(precision="fp8"), "h100-sxm5-80gb").chunks[(0, 0)]
+    assert fp8.forward_compute_s < bf16.forward_compute_s
+    v100 = step_work(get_llm_model("megatron-gpt2-1.2b"), Layout(precision="fp16"),
+                     "v100-sxm2-32gb")
+    assert any(o.name.endswith("attn.softmax") for o in v100.chunks[(0, 0)].forward)
+    assert any("unfused" in note for note in v100.notes)
