@@ -14,9 +14,9 @@ NEW = {
     "hgx-b200": (8, 900e9, 8, 50e9, "rdma"),
     "gh200": (1, None, 1, 50e9, "rdma"),
     "l40s-pcie": (8, None, 2, 25e9, "rdma"),
-    "aws-p4d": (8, 300e9, 4, 12.5e9, "rdma"),
-    "aws-p5": (8, 450e9, 8, 50e9, "rdma"),
-    "gcp-a3-mega": (8, 450e9, 8, 25e9, "tcp"),
+    "aws-p4d": (8, 300e9, 4, 12.5e9, "efa"),         # simulator/library/netplugins.py
+    "aws-p5": (8, 450e9, 8, 50e9, "efa2"),
+    "gcp-a3-mega": (8, 450e9, 8, 25e9, "tcpxo"),
 }
 
 
@@ -52,5 +52,8 @@ def test_fewer_nics_than_gpus_still_use_every_nic():
                          engine="auto")
     from simulator.library.transport import framing
 
-    wire = framing("ethernet", "rdma").efficiency   # EFA framed as RoCEv2 packets
-    assert run.row["busbw_GBps"] == pytest.approx(4 * 12.5 * wire, rel=0.03)
+    wire = framing("ethernet", "efa").efficiency    # EFA's jumbo frames
+    # all four NICs carry the rings (one NIC's worth would be a quarter of this); EFA's 75 us
+    # per network step (simulator.library.netplugins) costs a few per cent at 256 MiB
+    assert run.row["busbw_GBps"] == pytest.approx(4 * 12.5 * wire, rel=0.06)
+    assert run.row["busbw_GBps"] < 4 * 12.5 * wire

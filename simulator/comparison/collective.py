@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
-from ..measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame
+from ..measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame, complete_timing
 
 __all__ = ["POINT_COLUMNS", "SIZE_BANDS", "compare", "mape_failures", "size_band", "summarise"]
 
@@ -51,6 +51,25 @@ def size_band(size_bytes: int) -> str:
         if low <= size_bytes < high:
             return label
     raise ConfigError(f"size_bytes must be >= 0, got {size_bytes}")
+
+
+def _float(value) -> float:
+    """A measured number as float; absent (None, NaN, "") as NaN."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return math.nan
+    return float(value)
+
+
+def _iterations(point, columns) -> int | None:
+    """The point's timed iterations (nccl-tests ``iters``), or None (steady state)."""
+    if "iterations" not in columns:
+        return None
+    value = getattr(point, "iterations", None)
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
 
 
 def _where(measured: pd.DataFrame, i: int) -> str:
@@ -91,7 +110,12 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
     protocol, launch, version : str, optional
         Force the library's protocol, launch mode and version for every point; by default each
         point's own ``protocol``, ``launch`` and ``library_version`` columns, and the launch
-        mode its ``notes`` imply (:func:`~simulator.library.launch.launch_from_notes`).
+        mode its ``notes`` imply (:func:`~simulator.library.launch.launch_from_notes`). An
+        nccl-tests log states its harness (``nThread``/``nGpus`` and ``Rank`` lines), which the
+        reader turns into the ``launch`` column. Each point is charged its harness: the
+        library's device time, then the launches and the timing loop of
+        :func:`~simulator.library.launch.loop_time_s` over the point's ``iterations``
+        (``max(device, host)`` when the file does not say).
     engine : str
         Engine method (``auto``: the fast path where it applies, the same times).
     library_settings : dict, optional
@@ -131,10 +155,17 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
     for i, point in enumerate(measured.itertuples(index=False)):
         algorithm = algorithm_override or point.algorithm
         collective, gpus, size = point.collective, int(point.gpus), int(point.size_bytes)
+        try:   # a frame built in code may give one of time, algbw and busbw only
+            meas_us, _algbw, meas_busbw = complete_timing(
+                collective, gpus, size, *(_float(v) for v in (point.time_us, point.algbw_GBps,
+                                                              point.busbw_GBps)))
+        except ConfigError as exc:
+            raise ConfigError(f"{_where(measured, i)}: {exc}") from None
         try:
             settings = {}
             proto = None
             launch_mode = ""
+            mode = None
             if library_name == "nccl":
                 facts = machine_facts(graph, gpus)
                 mode = launch or cell(point, "launch") or launch_from_notes(
@@ -143,10 +174,11 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
                 launch_mode = str(mode)
                 ver = version or cell(point, "library_version") or None
                 proto = protocol or cell(point, "protocol") or None
-                key = (ver, launch_mode)
+                # the library times the device alone; the harness's loop is applied below
+                key = (ver,)
                 if key not in libraries:
                     libraries[key] = get_library("nccl", **graph_settings(graph, "nccl", {
-                        "version": ver, "launch": mode, **(library_settings or {})}))
+                        **(library_settings or {}), "version": ver, "launch": "none"}))
                 lib = libraries[key]
             else:
                 lib = library_name
@@ -155,7 +187,7 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             if algorithm == "auto-nonvls":
                 run_algorithm, exclude = "auto", ("nvls",)
             key = (collective, algorithm, gpus, size, slices, reduce_compute, library_name,
-                   launch_mode, proto, id(lib) if library_name == "nccl" else 0)
+                   proto, id(lib) if library_name == "nccl" else 0)
             if key not in cache:
                 opts = options.get(run_algorithm, {})
                 if exclude:
@@ -168,8 +200,15 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         except ClusterSimError as exc:
             raise type(exc)(f"{_where(measured, i)}: {collective} {algorithm} on {gpus} GPUs, "
                             f"{size} bytes: {exc}") from None
-        meas_us = float(point.time_us)
         sim_us = float(sim["time_us"])
+        sim_busbw = float(sim["busbw_GBps"])
+        if mode is not None:
+            # the measurement's harness: its launches and its timing loop (iters calls back to
+            # back, one synchronisation; launch.loop_time_s)
+            iters = _iterations(point, columns)
+            device_us = sim_us
+            sim_us = mode.loop_time_s(device_us * 1e-6, lib.costs, iters) * 1e6
+            sim_busbw *= device_us / sim_us
         error = (sim_us - meas_us) / meas_us * 100.0
         rows.append({
             "source": point.source, "topology": point.topology or sim["topology"],
@@ -177,8 +216,8 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             "size_bytes": size, "simulated_algorithm": sim["algorithm"],
             "size_band": size_band(size), "measured_time_us": meas_us,
             "simulated_time_us": sim_us, "error_pct": error, "abs_error_pct": abs(error),
-            "measured_busbw_GBps": float(point.busbw_GBps),
-            "simulated_busbw_GBps": float(sim["busbw_GBps"]),
+            "measured_busbw_GBps": meas_busbw,
+            "simulated_busbw_GBps": sim_busbw,
             "bottleneck_link": sim["bottleneck_link"], "library": sim["library"],
             "simulated_protocol": sim["protocol"], "channels": sim["channels"],
             "launch_mode": launch_mode,

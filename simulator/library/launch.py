@@ -19,6 +19,23 @@ small messages and vanishes for large ones. It depends on how the measurement wa
 
 The per-launch and per-call costs are constants with sources (see :data:`LAUNCH_COSTS`);
 ``calibrate`` may fit them for a user's machine.
+
+The timing loop of nccl-tests (NVIDIA/nccl-tests ``src/common.cu``, ``BenchTime``, at
+a0b82b2260cf5152b9f8c061bbf7eaf0ba096432 and the same in v2.13.8): the timer starts, ``iters``
+calls are enqueued back to back on one stream per GPU (``startColl``: no synchronisation unless
+``-z``), then ``completeColl`` synchronises the streams once and the time is divided by
+``iters x agg_iters`` (then averaged over ranks). The host enqueues call ``k+1`` while the GPU
+runs call ``k``, so the loop takes ``iters x max(device, host) + min(device, host)`` and
+each call reports ``max(device, host) + min(device, host) / iters``
+(:func:`loop_time_s`); ``-z`` 1, 2 or 3 (``# Blocking Enabled: wait ...`` in the header,
+``src/util.cu``) synchronises after every call, which then costs ``device + host``. A
+run with ``-G N`` (CUDA graphs) captures the calls and replays the graph: no per-call launch
+(mode ``none``).
+
+The harness is stated in the first lines of an nccl-tests log: ``# nThread T nGpus G ...`` and
+one ``#  Rank r Group g Pid p on host device d ...`` line per rank; :func:`launch_from_harness`
+turns them into the launch mode (one process per GPU: ``mpi``; one thread driving ``G > 1``
+GPUs: ``group:G``).
 """
 
 from __future__ import annotations
@@ -50,10 +67,12 @@ LAUNCH_COSTS = {"kernel_launch_s": 3.96e-6, "call_overhead_s": 1.60e-6,
 
 @dataclass(frozen=True)
 class Launch:
-    """How calls are issued: a :data:`MODES` name and, for ``group``, GPUs per thread."""
+    """How calls are issued: a :data:`MODES` name, for ``group`` the GPUs per thread, and
+    whether the loop synchronises after every call (nccl-tests ``-z 1``)."""
 
     mode: str = "mpi"
     gpus_per_thread: int = 1
+    blocking: bool = False
 
     def host_time_s(self, costs: dict | None = None) -> float:
         """Host time per call (``max(device, host)`` paces a back-to-back loop)."""
@@ -64,39 +83,91 @@ class Launch:
         extra = costs["python_call_s"] if self.mode == "torch" else 0.0
         return costs["call_overhead_s"] + launches * costs["kernel_launch_s"] + extra
 
+    def loop_time_s(self, device_s: float, costs: dict | None = None,
+                    iters: int | None = None) -> float:
+        """What an nccl-tests loop of ``iters`` calls reports per call (:func:`loop_time_s`)."""
+        return loop_time_s(device_s, self.host_time_s(costs), iters, self.blocking)
+
     def __str__(self) -> str:
-        return f"group:{self.gpus_per_thread}" if self.mode == "group" else self.mode
+        base = f"group:{self.gpus_per_thread}" if self.mode == "group" else self.mode
+        return base + ("+blocking" if self.blocking else "")
+
+
+def loop_time_s(device_s: float, host_s: float, iters: int | None = None,
+                blocking: bool = False) -> float:
+    """Per-call time an nccl-tests timing loop reports (see the module docstring).
+
+    ``iters`` calls enqueued back to back and one synchronisation at the end:
+    ``max(device, host) + min(device, host) / iters`` (``iters`` None or 0: the steady state,
+    ``max(device, host)``); ``blocking`` (``-z 1``): ``device + host``.
+    """
+    if blocking:
+        return device_s + host_s
+    tail = min(device_s, host_s) / iters if iters else 0.0
+    return max(device_s, host_s) + tail
+
+
+def launch_from_harness(threads: int | None, gpus_per_thread: int | None,
+                        processes: int | None = None, *, cuda_graph: int = 0,
+                        blocking: int = 0) -> Launch:
+    """The launch mode of an nccl-tests run from its ``# nThread T nGpus G`` line.
+
+    Each of the ``processes x T`` threads drives ``G`` GPUs inside one ``ncclGroupStart/End``
+    (``startColl`` in ``src/common.cu``): ``G > 1`` is ``group:G``, ``G = 1`` one launch per
+    call per thread (``mpi``). ``cuda_graph > 0`` (``-G``, "graph: N" in the header) replays
+    captured calls: ``none``. ``blocking`` (``-z`` 1, 2 or 3; "# Blocking Enabled" in the
+    header) synchronises after every call.
+    """
+    sync = int(blocking or 0) in (1, 2, 3)
+    if cuda_graph and int(cuda_graph) > 0:
+        return Launch("none", 1, False)
+    g = int(gpus_per_thread or 1)
+    if g > 1:
+        return Launch("group", g, sync)
+    return Launch("mpi", 1, sync)
 
 
 def parse_launch(text, *, gpus_per_node: int = 1, what: str = "--launch") -> Launch:
-    """A :class:`Launch` from ``mpi``, ``group``, ``group:G``, ``torch`` or ``none``.
+    """A :class:`Launch` from ``mpi``, ``group``, ``group:G``, ``torch`` or ``none``, each
+    optionally with ``+blocking`` (nccl-tests ``-z 1``: a synchronisation after every call).
 
     ``group`` alone drives every GPU of a machine from one thread (``gpus_per_node``).
     """
     if isinstance(text, Launch):
         return text
     value = str(text).strip().lower()
+    value, plus, suffix = value.partition("+")
+    if plus and suffix != "blocking":
+        raise ConfigError(f"{what}: unknown launch suffix {'+' + suffix!r} in {text!r}; "
+                          f"accepted: +blocking (nccl-tests -z 1)")
+    blocking = bool(plus)
     mode, _, count = value.partition(":")
     if mode not in MODES or (count and mode != "group"):
         raise ConfigError(f"{what}: unknown launch mode {text!r}; accepted: mpi, group, "
-                          f"group:G (G GPUs per thread, nccl-tests -g G), torch, none")
+                          f"group:G (G GPUs per thread, nccl-tests -g G), torch, none, each "
+                          f"optionally +blocking (nccl-tests -z 1)")
     if mode != "group":
-        return Launch(mode)
+        return Launch(mode, 1, blocking)
     if not count:
-        return Launch("group", max(1, int(gpus_per_node)))
+        return Launch("group", max(1, int(gpus_per_node)), blocking)
     if not count.isdigit() or int(count) < 1:
         raise ConfigError(f"{what}: group:G needs a positive integer G, got {text!r}")
-    return Launch("group", int(count))
+    return Launch("group", int(count), blocking)
 
 
 _G_FLAG = re.compile(r"(?:^|[\s;,(])-g\s*(\d+)")
+# (not -n or -N: nccl-tests' own iteration and cycle flags)
+_NP_FLAG = re.compile(r"(?:^|[\s;,(])(?:-np|--np|--ntasks)[\s=]+(\d+)")
+_PER_NODE = re.compile(r"(?:-npernode|--ntasks-per-node|--nproc[-_]per[-_]node)[\s=]+(\d+)")
 
 
 def launch_from_notes(notes: str, *, gpus: int, nodes: int) -> Launch:
     """The launch mode a measured file's notes imply, else the nccl-tests convention.
 
     ``-g G`` in the notes (nccl-tests' GPUs-per-thread flag) gives ``group:G`` for ``G > 1`` and
-    ``mpi`` for ``G = 1``; ``torch`` or ``torch.distributed`` gives ``torch``. Without either,
+    ``mpi`` for ``G = 1``; ``torch`` or ``torch.distributed`` gives ``torch``; an MPI or Slurm
+    launch of one process per rank (``-np N`` / ``--ntasks N`` with ``N`` the rank count, or
+    ``-npernode`` / ``--ntasks-per-node`` times the machines) gives ``mpi``. Without any,
     a single machine is taken as nccl-tests' single-process example (``-g`` all GPUs, the
     nccl-tests README's first command) and several machines as one MPI rank per GPU (the
     README's multi-node example).
@@ -108,6 +179,14 @@ def launch_from_notes(notes: str, *, gpus: int, nodes: int) -> Launch:
         return Launch("group", g) if g > 1 else Launch("mpi")
     if "torch" in text.lower():
         return Launch("torch")
+    # an MPI / Slurm launch of one process per GPU: -np N (or --ntasks N) = the rank count, or
+    # as many tasks per node as the machine has GPUs
+    match = _NP_FLAG.search(text)
+    if match and int(match.group(1)) == gpus:
+        return Launch("mpi")
+    match = _PER_NODE.search(text)
+    if match and nodes and int(match.group(1)) * nodes == gpus:
+        return Launch("mpi")
     if nodes <= 1:
         return Launch("group", max(1, gpus))
     return Launch("mpi")

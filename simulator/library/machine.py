@@ -87,6 +87,7 @@ class MachineFacts:
     gpu_nic_path: str
     nics: int = 0
     sharp: bool = False
+    network: str = "ib"
 
 
 def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
@@ -114,7 +115,7 @@ def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
                                                                                 "rdma")),
         gpu_nic_path=path, nics=sum(1 for n in machine_nodes
                                     if graph.nodes[n].get("kind") == "nic"),
-        sharp=bool(params.get("sharp", False)))
+        sharp=bool(params.get("sharp", False)), network=str(params.get("network", "ib")))
 
 
 def node_index_slot(nodes: int) -> int:

@@ -38,9 +38,14 @@ the chosen protocol's costs into a copy of the topology, as data:
 * the base latency once per call (``fixed_time_s``), and the host's launch time
   (:mod:`simulator.library.launch`).
 
-The engine then runs the schedule step-synchronously on that graph: for a ring this is NCCL's
-own additive model, ``nsteps x (step latency + chunk / rate)``, but with contention, channel
-placement on NICs and every link's real rate from the simulation instead of a formula.
+The engine then runs the schedule step-synchronously on that graph: for a ring this is
+``nsteps x (syncs x step latency + chunk / rate)``, with contention, channel placement on NICs
+and every link's real rate from the simulation instead of a formula. ``syncs`` and the rate
+inside a machine come from NCCL's data path (:mod:`simulator.library.datapath`): every slice of
+every ring loop waits and posts once (two per step for Simple up to a few hundred MiB, more
+beyond), and a small call runs on fewer channels at their share of the rate. NCCL's tuner line
+is the special case of one sync per step on every channel; the tuner still chooses the
+(algorithm, protocol) by that line, as NCCL does.
 """
 
 from __future__ import annotations
@@ -55,7 +60,9 @@ from ..topology.graph import endpoints
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
+from .netplugins import enabled_protocols, network_step_latency_us
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
+from .datapath import THREAD_THRESHOLD, THREADS, DataPath, ring_datapath
 from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version
 
 #: User-facing algorithm names and the NCCL algorithm each is.
@@ -66,12 +73,10 @@ NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree",
 SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls_tree",
             "nvls_tree": "nvls_tree", "collnet_direct": "collnet"}
 
-#: NCCL threads per block by protocol (``NCCL_LL_MAX_NTHREADS`` 512, ``NCCL_LL128_MAX_NTHREADS``
-#: 640, ``NCCL_SIMPLE_MAX_NTHREADS`` 512; ``src/include/device.h``) and bytes per thread below
-#: which a channel is dropped (``NCCL_LL_THREAD_THRESHOLD`` 8 x ranks for rings, LL128 8,
-#: Simple 64; ``src/include/comm.h``, ``tuning.cc``).
-THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
-THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+#: NCCL threads per block by protocol and bytes per thread below which a channel is dropped:
+#: :data:`simulator.library.datapath.THREADS`, :data:`~simulator.library.datapath.THREAD_THRESHOLD`.
+#: Collectives whose ring NCCL runs through the data path of :mod:`simulator.library.datapath`.
+DATAPATH_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
 
 #: Bus bandwidth NCCL's graph search gives one channel, GB/s: the fastest entries NCCL's search
 #: tries inside a machine (``speedArrayIntra`` starts at 40, ``sm90SpeedArrayIntra`` at 60 in
@@ -221,6 +226,7 @@ class NcclLibrary:
         nsteps = (2 * (n - 1) if collective == "allreduce" else
                   n - 1 if collective in ("reduce_scatter", "allgather") else n)
         ppn = facts.ranks_per_node
+        enabled = enabled_protocols(facts.transport, facts.network) if nodes > 1 else None
         out = []
         for algo in ("tree", "ring", "nvls", "nvls_tree", "collnet_direct"):
             if algo == "tree" and collective != "allreduce":
@@ -237,6 +243,8 @@ class NcclLibrary:
                     continue
                 if proto == "LL128" and not self._ll128_enabled(facts):
                     continue
+                if enabled is not None and proto not in enabled:
+                    continue      # the platform's documented NCCL_PROTO leaves it out
                 bus = wire
                 if algo == "ring" and proto == "LL":
                     bus = min(ll_max, bus * v.ring_ll_factor)
@@ -339,6 +347,19 @@ class NcclLibrary:
             # arity serialisation: 0.5 us per local rank (2.12), 0.4 us (2.18 and later)
             arity = 0.5 if v.number < (2, 18) else 0.4
             lat += 2 * (min(1, ppn - 1) * intra + (ppn - 1) * arity) + inter
+        if nodes > 1:
+            # the network transport's own latency per network step (EFA's SRD through
+            # aws-ofi-nccl, GPUDirect-TCPXO, ...; 0 for NCCL's IB verbs and sockets), on top of
+            # hwLat[NET]: see simulator.library.netplugins for the values and their sources
+            extra = network_step_latency_us(facts.transport, proto, facts.network)
+            if extra:
+                if algo == "ring":
+                    lat += n_inter * extra
+                elif algo in ("tree", "nvls_tree"):
+                    lat += 2 * log2i(nodes) * extra
+                else:
+                    lat += extra
+                inter += extra
         return lat, intra, inter
 
     # -- the plan ---------------------------------------------------------------------------
@@ -380,8 +401,32 @@ class NcclLibrary:
                     channels=0, graph=new_graph, host_time_s=host, reduce_compute=False,
                     notes={"launch": str(launch), "version": self.version.name})
 
+    def unavailable(self, graph: nx.DiGraph, collective: str, algorithm: str, gpus: int, *,
+                    protocol: str | None = None) -> str:
+        """Why this NCCL cannot run ``algorithm`` for ``collective`` over ``gpus`` ranks of
+        ``graph`` (one short reason), or ``""`` when :meth:`plan` can. Whether an algorithm
+        is enabled does not depend on the size."""
+        protocol = None if protocol in (None, "", "auto") else _protocol(protocol)
+        if algorithm == "auto" or algorithm not in NCCL_ALGORITHM:
+            if algorithm != "auto" and protocol not in (None, "Simple"):
+                return "not an NCCL algorithm: runs over NCCL's transports with Simple only"
+            return ""
+        facts = machine_facts(graph, gpus)
+        wanted = NCCL_ALGORITHM[algorithm]
+        cands = self.candidates(graph, collective, 1 << 20, gpus, facts=facts)
+        if any(c.algorithm == wanted and (protocol is None or c.protocol == protocol)
+               for c in cands):
+            return ""
+        reasons = self._reasons(collective, wanted, protocol, facts)
+        return reasons[0] if reasons else f"not enabled in NCCL {self.version.name} here"
+
     def _none_enabled(self, collective, wanted, protocol, facts) -> str:
         what = f"algorithm {wanted!r}" if wanted else "no algorithm"
+        why = "; ".join(self._reasons(collective, wanted, protocol, facts)) or "not enabled here"
+        return (f"NCCL {self.version.name} cannot run {collective} with {what}"
+                f"{' and protocol ' + protocol if protocol else ''} on this topology: {why}")
+
+    def _reasons(self, collective, wanted, protocol, facts) -> list[str]:
         reasons = []
         if wanted == "nvls":
             reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
@@ -397,9 +442,7 @@ class NcclLibrary:
             reasons.append("LL128 is enabled on NVLink machines of "
                            f"{', '.join(self.version.ll128_generations)} GPUs only "
                            f"(this: {facts.generation}, intra {facts.intra_hw})")
-        why = "; ".join(reasons) or "not enabled here"
-        return (f"NCCL {self.version.name} cannot run {collective} with {what}"
-                f"{' and protocol ' + protocol if protocol else ''} on this topology: {why}")
+        return reasons
 
     def _nccl_plan(self, graph, collective, size_bytes, gpus, facts, c: Candidate, host,
                    launch) -> Plan:
@@ -411,23 +454,45 @@ class NcclLibrary:
         if c.algorithm != "nvls":
             while size_bytes < used * threads * threshold and used >= 2:
                 used -= 1
-        # The protocol's bus bandwidth over the wire's, on every link. Fewer channels for a
-        # small message change no rate: NCCL's model keeps the full bandwidth too (a channel
-        # is not a fixed slice of it), and its treeCorrectionFactor stays in the tuner: the
-        # engine pipelines the trees itself.
+        # The protocol's bus bandwidth over the wire's, on every link. Outside the ring data
+        # path, fewer channels for a small message change no rate (NCCL's tuner keeps the
+        # full bandwidth), and the treeCorrectionFactor stays in the tuner: the engine
+        # pipelines the trees itself.
         wire_scale = c.busbw_GBps / c.wire_busbw_GBps if c.wire_busbw_GBps > 0 else 1.0
         scale = wire_scale * self.scale["bandwidth"]
+        path: DataPath | None = None
+        intra_scale = 1.0
         fixed = c.latency_us * 1e-6
         options: dict = {}
         helpers: tuple = ()
         slices = None
         nvlink_scale = 1.0
         if c.algorithm == "ring":
-            # NCCL's additive model, run by the engine: bulk-synchronous steps (each costs its
-            # slowest transfer) with the intra-node step latency on every GPU's links; the
-            # network steps' extra latency, the base latency and the plateau are charged once.
+            # NCCL's ring as its kernels run it (simulator.library.datapath), timed by the
+            # engine: bulk-synchronous steps (each costs its slowest transfer); every step pays
+            # the per-step latency once per wait/post round its channels make (loops x slices
+            # per chunk) on every GPU's links, and moves its bytes on the channels the call
+            # uses at their share of the rate. The network steps' extra latency (the proxy keeps
+            # NCCL_STEPS slices in flight, so it overlaps), the base latency and the plateau
+            # are charged once, as the tuner does. With one sync per step and every channel
+            # this is the tuner's additive line.
             lat_scale = self.scale["latency"]
-            intra_lat = c.intra_latency_us * lat_scale
+            syncs = 1
+            if collective in DATAPATH_COLLECTIVES:
+                path = ring_datapath(v, collective, c.protocol, int(size_bytes), facts.ranks,
+                                     c.channels, c.wire_busbw_GBps)
+                syncs = path.syncs_per_step
+                used = path.channels
+                # a channel is one thread block moving at most its own rate: on one machine
+                # the call's channels carry at most their count of it (NCCL's tuner:
+                # bw / nChannels x channels). Across machines the rate is the network path's,
+                # which NCCL's N2/N4 tables cap (llMaxBws, perChMax*), and the few channels of
+                # a small call move at most a line per thread per step (LL keeps a channel per
+                # 8 B x ranks per thread): latency-bound, already in hwLat.
+                if facts.nodes == 1 and c.busbw_GBps > 0:
+                    intra_scale = min(1.0, used * self._channel_busbw(facts, c.protocol)
+                                      / c.busbw_GBps)
+            intra_lat = c.intra_latency_us * lat_scale * syncs
             inter_lat = intra_lat
             fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
             options["barriers"] = True
@@ -478,7 +543,8 @@ class NcclLibrary:
             # its way of counting the traffic that the schedule here moves explicitly)
             nvlink_scale = v.nvls_efficiency[facts.generation]
             scale = self.scale["bandwidth"]
-        new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale)
+        new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale,
+                                     intra_scale)
         return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
                     protocol=c.protocol, channels=used, graph=new_graph, options=options,
                     helper_nodes=helpers, fixed_time_s=fixed, host_time_s=host,
@@ -486,14 +552,32 @@ class NcclLibrary:
                     reduce_compute=False,
                     notes={"launch": str(launch), "version": v.name,
                            "busbw_GBps": c.busbw_GBps, "channels_max": c.channels,
-                           "intra_step_us": intra_lat, "inter_step_us": inter_lat})
+                           "intra_step_us": intra_lat, "inter_step_us": inter_lat,
+                           **(path.as_notes() if path is not None else {})})
+
+    def _channel_busbw(self, facts: MachineFacts, protocol: str) -> float:
+        """Bus bandwidth one ring channel (one thread block) moves, GB/s: half the graph
+        search's per-channel bandwidth of the generation (each search channel becomes two,
+        ``connect.cc``), times the protocol's ring factor and per-channel cap (``tuning.cc``:
+        LL ``x ring_ll_factor``, LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``)."""
+        v = self.version
+        speed = CHANNEL_SPEED[facts.generation]
+        if protocol == "LL":
+            speed *= v.ring_ll_factor
+        elif protocol == "LL128":
+            speed = min(speed * v.ring_ll128_factor, v.per_channel_ring_ll128.get(
+                facts.generation, (math.inf,) * 3)[0])
+        return speed / 2.0
 
     def _cost_graph(self, graph: nx.DiGraph, facts: MachineFacts, scale: float,
-                    intra_us: float, inter_us: float, nvlink_scale: float = 1.0) -> nx.DiGraph:
+                    intra_us: float, inter_us: float, nvlink_scale: float = 1.0,
+                    intra_scale: float = 1.0) -> nx.DiGraph:
         """A copy of ``graph`` with the plan's link rates (``scale`` on every link,
-        ``nvlink_scale`` on NVLink ones besides) and per-step latencies."""
+        ``nvlink_scale`` on NVLink ones besides, ``intra_scale`` on every link and PCIe
+        switch inside a machine besides: the share of the channels a call runs on) and
+        per-step latencies."""
         key = (id(graph), facts, round(scale, 12), round(intra_us, 9), round(inter_us, 9),
-               round(nvlink_scale, 12))
+               round(nvlink_scale, 12), round(intra_scale, 12))
         cached = self._graphs.get(key)
         if cached is not None and cached[0] is graph:
             return cached[1]
@@ -503,7 +587,8 @@ class NcclLibrary:
             kind = attrs.get("kind")
             attrs["bandwidth_bytes_per_s"] = (
                 graph.edges[a, b]["bandwidth_bytes_per_s"] * link_efficiency(kind, facts) * scale
-                * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0))
+                * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0)
+                * (intra_scale if kind not in NETWORK_LINK_KINDS else 1.0))
             if kinds.get(a) == "gpu":
                 attrs["latency_s"] = intra_us * 1e-6
             elif kinds.get(a) == "nic" and kind in ("ib", "ethernet"):
@@ -513,7 +598,7 @@ class NcclLibrary:
         for node, attrs in out.nodes(data=True):
             if attrs.get("throughput_bytes_per_s"):
                 attrs["throughput_bytes_per_s"] = (graph.nodes[node]["throughput_bytes_per_s"]
-                                                   * PCIE_EFFICIENCY * scale)
+                                                   * PCIE_EFFICIENCY * scale * intra_scale)
         out.graph["library"] = self.name
         if len(self._graphs) > 64:
             self._graphs.clear()

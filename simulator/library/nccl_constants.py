@@ -69,6 +69,12 @@ class NcclVersion:
     tree_correction : tuple
         ``treeCorrectionFactor[protocol]``: 24 factors for powers of two 64 B .. 512 MiB;
         empty where the version has none.
+    max_channels : int
+        ``MAXCHANNELS``: the most channels a communicator runs (32 up to 2.24, 64 from 2.25).
+    min_traffic_per_channel : int
+        ``MinTrafficPerChannel`` of the kernel planner (bytes of traffic below which a
+        collective is not spread over another channel; 2.30: 32 KiB), 0 where the version
+        has none.
     """
 
     name: str
@@ -91,6 +97,8 @@ class NcclVersion:
     nvls: bool = True
     nvls_efficiency: dict = field(default_factory=dict)
     tree_correction: tuple = ()
+    max_channels: int = 32
+    min_traffic_per_channel: int = 0
 
     @property
     def number(self) -> tuple[int, int]:
@@ -207,6 +215,7 @@ _add(NcclVersion(
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
     per_channel_nvls_tree=_PER_CH_NVLS_TREE,
     nvls_efficiency={"hopper": 0.85, "blackwell": 0.74}, tree_correction=_TREE_CORRECTION,
+    max_channels=64, min_traffic_per_channel=32 << 10,
 ))
 
 #: The version used when none is given: the newest.
@@ -224,6 +233,35 @@ NVLINK_PER_LINK = ((100, 40.1, 50.0), (90, 20.6, 25.0), (86, 12.0, 14.0625), (80
 #: (``kvDictPciGen``, ``src/graph/topo.cc``): Gen3 x16 = 16 x 60 / 80 = 12 GB/s, Gen4 24, Gen5 48,
 #: against the 128b/130b line rate (Gen3 x16 15.754 GB/s): 12 / 15.754.
 PCIE_EFFICIENCY = 12.0 / (8.0 * 16 * 128 / 130 / 8)
+
+#: The data path inside one call (:mod:`simulator.library.datapath`), identical in every
+#: version tabled here (NVIDIA/nccl v2.5.6-2 .. v2.30.7-1; ``docs/nccl_sources.md`` section 2):
+#:
+#: ``NCCL_STEPS`` 8: slots of every connection's FIFO (``src/include/device.h``).
+NCCL_STEPS = 8
+#: Bytes of one connection's FIFO per protocol: Simple ``DEFAULT_BUFFSIZE`` 4 MiB; LL
+#: ``NCCL_LL_LINES_PER_THREAD x NCCL_LL_MAX_NTHREADS x NCCL_STEPS x 16`` = 512 KiB; LL128
+#: ``NCCL_LL128_ELEMS_PER_THREAD x NCCL_LL128_MAX_NTHREADS x NCCL_STEPS x 8`` = 4,915,200
+#: (``src/init.cc``).
+BUFFSIZE = {"Simple": 4 << 20, "LL": 8 * 512 * 8 * 16, "LL128": 120 * 640 * 8 * 8}
+#: Payload bytes per FIFO byte: LL carries 8 data bytes per 16-byte line (``calcBytePerStep``
+#: ``/2``, ``prims_ll.h``), LL128 ``NCCL_LL128_DATAELEMS / NCCL_LL128_LINEELEMS`` = 15/16
+#: (``prims_ll128.h``), Simple all of it.
+PAYLOAD_FRACTION = {"Simple": 1.0, "LL": 0.5, "LL128": 15.0 / 16.0}
+#: ``(CHUNKSTEPS, SLICESTEPS)`` of the ring collectives with the Simple protocol
+#: (``src/include/collectives.h``: ``ALLREDUCE_CHUNKSTEPS = NCCL_STEPS/2``, ``ALLREDUCE_SLICESTEPS
+#: = NCCL_STEPS/4``, the same for all-gather and reduce-scatter; broadcast and reduce 1, 1).
+#: LL and LL128 move one step per chunk in one slice (``enqueue.cc``: ``chunkSteps =
+#: sliceSteps = 1`` unless Simple and ring).
+RING_STEPS = {"allreduce": (NCCL_STEPS // 2, NCCL_STEPS // 4),
+              "allgather": (NCCL_STEPS // 2, NCCL_STEPS // 4),
+              "reduce_scatter": (NCCL_STEPS // 2, NCCL_STEPS // 4),
+              "broadcast": (1, 1), "reduce": (1, 1)}
+#: NCCL's PCIe bandwidth of a Gen3 x16 link, GB/s (``PCI_BW`` 12.0, ``src/graph/topo.h``): a ring
+#: whose graph bandwidth is at most this runs Simple with 256 threads, else 512
+#: (``tuning.cc``: ``simpleDefaultThreads``).
+PCI_BW = 12.0
+
 
 def get_version(text: str | None) -> NcclVersion:
     """The table for an NCCL version string (``"2.18.3"``, ``"2.5.6 (stated ...)"``, ``None``).

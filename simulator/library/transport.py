@@ -51,7 +51,8 @@ _ETH_WIRE_OVERHEAD = 8 + 14 + 4 + 12            # preamble+SFD, MAC header, FCS,
 _IPOIB_PAYLOAD = 65520 - 20 - 20 - 12           # connected-mode MTU less IPv4, TCP, timestamps
 
 #: (network kind, transport) -> framing. ``network`` is the topology's ``network`` parameter
-#: (``ib`` or ``ethernet``), ``transport`` its ``transport`` parameter (``rdma`` or ``tcp``).
+#: (``ib`` or ``ethernet``), ``transport`` its ``transport`` parameter (``rdma`` or ``tcp``;
+#: the named transports of :mod:`simulator.library.netplugins` are resolved by :func:`framing`).
 FRAMINGS = {
     ("ib", "rdma"): Framing("InfiniBand RC", 4096, _IB_PACKET_OVERHEAD),
     ("ethernet", "rdma"): Framing("RoCEv2", 4096, _ETH_WIRE_OVERHEAD + 20 + 8 + 12 + 4),
@@ -66,8 +67,26 @@ NETWORK_LINK_KINDS = ("ib", "ethernet")
 
 
 def framing(network: str, transport: str) -> Framing:
-    """The framing of ``transport`` on a ``network`` fabric (unknown pairs: lossless)."""
-    return FRAMINGS.get((str(network), str(transport)), Framing("ideal", 1, 0.0))
+    """The framing of ``transport`` on a ``network`` fabric (unknown pairs: lossless).
+
+    ``rdma`` and ``tcp`` are the table above; the named transports of
+    :mod:`simulator.library.netplugins` (``ib``, ``roce``, ``efa``, ``efa2``, ``tcpxo``,
+    ``tcpx``, ``socket``) carry their own MTU and headers (``socket`` on InfiniBand is
+    TCP/IPoIB, as ``tcp``).
+    """
+    key = (str(network), str(transport))
+    if key in FRAMINGS:
+        return FRAMINGS[key]
+    from .netplugins import ALIASES, TRANSPORTS
+
+    legacy = {"ib": "rdma", "roce": "rdma", "socket": "tcp"}.get(str(transport))
+    if legacy is not None and ALIASES.get((str(network), legacy)) == str(transport):
+        return FRAMINGS[(str(network), legacy)]
+    plugin = TRANSPORTS.get(str(transport))
+    if plugin is None:
+        return Framing("ideal", 1, 0.0)
+    return Framing(plugin.label, plugin.payload_bytes,
+                   plugin.mtu_bytes + plugin.wire_overhead_bytes - plugin.payload_bytes)
 
 
 def link_framing(graph, kind: str, transport: str | None = None) -> float:

@@ -83,6 +83,9 @@ from .schema import NCCL_COLLECTIVES, _collective_frame, nccl_algorithm, nccl_co
 __all__ = ["parse_nccl_tests_json", "parse_nccl_tests_log", "read_nccl_tests"]
 
 _RE_NTHREAD = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_RE_GRAPH = re.compile(r"\bgraph:\s*(\d+)")
+_RE_AGG = re.compile(r"\bagg iters:\s*(\d+)")
+_RE_BLOCKING = re.compile(r"^#\s*Blocking Enabled")
 _RE_ITERS = re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)")
 _RE_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
                       r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$")
@@ -122,11 +125,16 @@ class _Run:
     line: int
     iterations: int | None = None
     threads_x_gpus: int | None = None
+    threads: int | None = None                      # nThread T
+    gpus_per_thread: int | None = None              # nGpus G (-g G)
+    cuda_graph: int = 0                             # graph: N (-G N)
+    agg_iters: int = 1                              # agg iters: N (-a N)
+    blocking: int = 0                               # "# Blocking Enabled" (-z)
     collective: str | None = None
     tests_version: str = ""
     nccl_version: str = ""
     algorithm: str | None = None
-    ranks: list = field(default_factory=list)      # (rank, group, host, device name)
+    ranks: list = field(default_factory=list)      # (rank, group, host, device name, pid)
     columns: list | None = None
     header_line: int = 0
     rows: list = field(default_factory=list)        # (line, parsed dict)
@@ -260,9 +268,12 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
     first = run.rows[0][0]
     collective = defaults["collective"] or run.collective or defaults["from_name"]
     if collective is None:
+        from simulator.schedules import COLLECTIVES
+
         raise log.error(first, "cannot tell which collective this log measured (no '# "
                                "Collective test starting' line, no test name in the file name): "
-                               "pass collective=")
+                               f"pass --collective NAME (collective= in Python), one of "
+                               f"{', '.join(sorted(COLLECTIVES))}")
     if run.ranks:
         gpus, hosts, devices = _ranks_in_group(run)
     else:
@@ -289,6 +300,9 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
         note_parts.append(f"NCCL {run.nccl_version}")
     if nodes:
         note_parts.append(f"{nodes} host(s)")
+    harness = _harness(run)
+    if harness is not None:
+        note_parts.append(harness[1])
     for line, row in run.rows:
         main = row.get("out_of_place") or row["in_place"]
         if row["size"] == 0:
@@ -308,10 +322,35 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
             "correct": main.get("correct"),
             "inplace_time_us": row["in_place"]["time_us"]
             if "out_of_place" in row and "in_place" in row else math.nan,
-            "dtype": row.get("type", ""), "notes": "; ".join(note_parts + extras)}))
+            "dtype": row.get("type", ""), "notes": "; ".join(note_parts + extras),
+            "launch": str(harness[0]) if harness is not None else ""}))
     runs.append({"line": run.line, "collective": collective, "gpus": gpus, "hosts": nodes,
                  "devices": device, "nccl_version": run.nccl_version,
                  "avg_busbw_GBps": run.avg[1] if run.avg else math.nan})
+
+
+def _harness(run: _Run):
+    """(launch, note) of the run's harness from its ``nThread``/``nGpus`` line and ``Rank``
+    lines (:func:`~simulator.library.launch.launch_from_harness`), or None without them."""
+    from simulator.library.launch import launch_from_harness
+
+    if run.gpus_per_thread is None:
+        return None
+    launch = launch_from_harness(run.threads, run.gpus_per_thread, cuda_graph=run.cuda_graph,
+                                 blocking=run.blocking)
+    processes = len({(r[2], r[4]) for r in run.ranks}) if run.ranks else None
+    words = [f"harness: nThread {run.threads} nGpus {run.gpus_per_thread}"]
+    if processes:
+        words.append(f"{processes} process(es) for {len(run.ranks)} rank(s)")
+    if run.iterations:
+        words.append(f"iters {run.iterations}")
+    if run.agg_iters > 1:
+        words.append(f"agg iters {run.agg_iters}")
+    if run.cuda_graph:
+        words.append(f"graph {run.cuda_graph}")
+    if run.blocking:
+        words.append("blocking")
+    return launch, ", ".join(words) + f" -> launch {launch}"
 
 
 def _our_algorithm(name: str | None) -> str | None:
@@ -395,10 +434,19 @@ def parse_nccl_tests_log(path, *, collective: str | None = None, gpus: int | Non
             if match:
                 if run is not None:
                     _finish_run(log, run, defaults, out, skipped, runs)
-                run = _Run(line=number, threads_x_gpus=int(match[1]) * int(match[2]), **pending)
+                run = _Run(line=number, threads_x_gpus=int(match[1]) * int(match[2]),
+                           threads=int(match[1]), gpus_per_thread=int(match[2]), **pending)
                 pending = {}
                 iters = _RE_ITERS.search(stripped)
                 run.iterations = int(iters[1]) if iters else None
+                graph = _RE_GRAPH.search(stripped)
+                run.cuda_graph = int(graph[1]) if graph else 0
+                agg = _RE_AGG.search(stripped)
+                run.agg_iters = int(agg[1]) if agg else 1
+                continue
+            if _RE_BLOCKING.match(stripped):
+                if run is not None:
+                    run.blocking = 1
                 continue
             match = _RE_START.match(stripped)
             if match:
@@ -427,7 +475,8 @@ def parse_nccl_tests_log(path, *, collective: str | None = None, gpus: int | Non
                 pending = {}
             match = _RE_RANK.match(stripped)
             if match:
-                run.ranks.append((int(match[1]), int(match[2] or 0), match[4], match[7]))
+                run.ranks.append((int(match[1]), int(match[2] or 0), match[4], match[7],
+                                  int(match[3])))
                 continue
             match = _RE_AVG.match(stripped)
             if match:
@@ -528,10 +577,15 @@ def parse_nccl_tests_json(path, *, collective: str | None = None, gpus: int | No
         raise _json_error(origin, "config.devices", "expected a list of objects")
     run = _Run(line=1, iterations=config.get("iterations"),
                threads_x_gpus=(config.get("nthreads") or 1) * (config.get("ngpus") or 1),
+               threads=config.get("nthreads"), gpus_per_thread=config.get("ngpus"),
+               cuda_graph=int(config.get("graph") or 0),
+               agg_iters=int(config.get("aggregated_iterations") or 1),
+               blocking=int(str(config.get("blocking_collectives", "")).strip().lower()
+                            in ("true", "1")),
                collective=_collective_from_name(program) if program else None,
                algorithm=nccl_algorithm(algo_env) if algo_env is not None else None)
     run.ranks = [(d.get("rank", i), d.get("group", 0), d.get("hostname", ""),
-                  d.get("device_info", "")) for i, d in enumerate(devices)]
+                  d.get("device_info", ""), d.get("pid", 0)) for i, d in enumerate(devices)]
     if isinstance(doc.get("nccl_version"), int):
         run.nccl_version = _version_code(doc["nccl_version"])
     for i, item in enumerate(doc["results"]):

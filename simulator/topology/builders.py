@@ -359,11 +359,14 @@ def gpu_cluster(
         Per direction of each PS host's link; ``None`` means ``nic_bandwidth``.
     ps_reduce_bandwidth : bandwidth or None
         PS hosts' reduction rate; ``None`` derives it from the ``cpu`` preset (memory bw / 3).
-    transport : {"rdma", "tcp"}
-        How the NICs move bytes between machines: ``"rdma"`` (InfiniBand, RoCE, AWS EFA:
-        kernel-bypass with GPUDirect RDMA; the default) or ``"tcp"`` (socket transports: NCCL's
-        socket transport, GCP's GPUDirect-TCPX/TCPXO). Recorded for the collective library
-        (:mod:`simulator.library`); the wires are the same.
+    transport : str
+        How the NICs move bytes between machines, as NCCL runs it: ``"rdma"`` (NCCL's
+        InfiniBand verbs transport, RoCE on Ethernet; the default), ``"tcp"`` (NCCL's socket
+        transport), or a named transport of :mod:`simulator.library.netplugins`: ``"ib"``,
+        ``"roce"``, ``"efa"`` (AWS EFA of p4d/p4de through aws-ofi-nccl), ``"efa2"`` (EFAv2 of
+        p5/p5e), ``"tcpxo"`` (GCP GPUDirect-TCPXO), ``"tcpx"`` (GPUDirect-TCPX), ``"socket"``.
+        Recorded for the collective library (its framing, per-message latency and protocols);
+        the wires are the same.
     sharp : bool
         The fabric's switches reduce in-network (InfiniBand SHARP; default False). Enables the
         ``collnet`` algorithm in the ``nccl`` library's tuner, as ``NCCL_COLLNET_ENABLE=1``
@@ -415,6 +418,13 @@ def gpu_cluster(
     if not isinstance(p2p, bool):
         raise ConfigError(f"p2p: expected true or false, got {p2p!r}")
     transport = _choice(transport, "transport", TRANSPORTS)
+    if transport not in ("rdma", "tcp"):
+        from simulator.library.netplugins import get_transport
+
+        if network not in get_transport(transport).networks:
+            raise ConfigError(f"transport: {transport!r} runs on "
+                              f"{' or '.join(get_transport(transport).networks)} networks, not "
+                              f"network={network!r}")
     if not isinstance(sharp, bool):
         raise ConfigError(f"sharp: expected true or false, got {sharp!r}")
     params = {
@@ -486,8 +496,11 @@ def _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvli
         add_duplex(graph, f"{p}gpu{a}", f"{p}gpu{b}", links * nvlink_bw, nvlink_lat, "nvlink")
 
 
-#: Transports of ``gpu_cluster`` networks.
-TRANSPORTS = ("rdma", "tcp")
+#: Transports of ``gpu_cluster`` networks: ``rdma`` (NCCL's IB verbs transport: InfiniBand, or
+#: RoCE on Ethernet), ``tcp`` (NCCL's socket transport) and the named transports of
+#: :mod:`simulator.library.netplugins` (``ib``, ``roce``, ``efa``, ``efa2``, ``tcpxo``,
+#: ``tcpx``, ``socket``).
+TRANSPORTS = ("rdma", "tcp", "ib", "roce", "efa", "efa2", "tcpxo", "tcpx", "socket")
 
 
 BUILDERS = {"star": star, "fat_tree": fat_tree, "gpu_cluster": gpu_cluster}

@@ -221,12 +221,14 @@ class _Precision:
     tensor: bool            # runs on the fp16 tensor peak
 
 
-#: Numeric formats. "fp16" and "amp" (mixed precision with fp32 master weights) are modelled
-#: alike: fp16 activations, weights and gradients in the kernels, tensor-core arithmetic.
+#: Numeric formats. "fp16", "amp" (mixed precision with fp32 master weights) and "bf16" (mixed
+#: precision in bfloat16) are modelled alike: 2-byte activations, weights and gradients in the
+#: kernels, tensor-core arithmetic (bfloat16's tensor peak is fp16's on the GPUs that have it).
 PRECISIONS: dict[str, _Precision] = {
     "fp32": _Precision(4, 4, 4, tensor=False),
     "fp16": _Precision(2, 2, 2, tensor=True),
     "amp": _Precision(2, 2, 2, tensor=True),
+    "bf16": _Precision(2, 2, 2, tensor=True),
 }
 
 #: Memory traffic of one optimizer step, bytes per parameter (see the module notes).
@@ -291,6 +293,9 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
         "(Tesla V100 whitepaper)."),
     "v100-sxm2-32gb": DeviceEfficiency(
         **_V100, multiprocessors=80, source="Same silicon as v100-sxm2-16gb: its fit."),
+    "v100-sxm3-32gb": DeviceEfficiency(
+        **_V100, multiprocessors=80,
+        source="Same GV100 silicon as v100-sxm2-16gb (the DGX-2's SXM3 module): its fit."),
     # GPUs without measurements here: the V100 fit (frameworks of the same cuDNN 7/8 and
     # mixed-precision generation), only the SM counts differ. Its fp32 fraction is the 60-70 %
     # of peak that cuDNN convolutions typically reach.
@@ -332,7 +337,7 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
         kernel_overhead_s=10e-6, multiprocessors=None, tensor_cores=False,
         source="Assumed: typical oneDNN fractions on server CPUs.")
        for name in ("cpu-host", "cpu-epyc-7742-2s", "cpu-xeon-8480c-2s", "cpu-grace-72c",
-                    "cpu-xeon-8570-2s")},
+                    "cpu-xeon-8570-2s", "cpu-xeon-8168-2s")},
 }
 
 

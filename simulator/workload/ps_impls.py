@@ -41,6 +41,15 @@ class PsImpl:
         Host memory copies of every byte sent / received between machines.
     source : str
         Where the numbers come from.
+    receive_bytes_per_s : float or None
+        Rate at which one receiving task's RPC runtime turns received bytes into tensors
+        (parsing, framing, the copies, on its CPU), measured end to end; charged for every
+        byte received between machines, instead of the ``receive_copies`` estimate (which
+        it includes): a server task parses every worker's pushes one after another (the
+        parameter-server hotspot: one large variable, one hot task), a worker parses its
+        pull from each server on its own stream, in parallel. None: the copies alone.
+    rate_source : str
+        Where ``receive_bytes_per_s`` comes from.
     """
 
     name: str
@@ -48,11 +57,19 @@ class PsImpl:
     send_copies: int
     receive_copies: int
     source: str
+    receive_bytes_per_s: float | None = None
+    rate_source: str = ""
 
-    def copy_seconds(self, graph, node: str, size_bytes: float, copies: int) -> float:
+    def copy_seconds(self, graph, node: str, size_bytes: float, copies: int,
+                     receive: bool = False) -> float:
         """``copies`` host copies of ``size_bytes`` on ``node``'s memory (0 without a memory
-        bandwidth: a node that is not a computer)."""
-        if copies <= 0 or size_bytes <= 0:
+        bandwidth: a node that is not a computer); a ``receive`` with a measured
+        :attr:`receive_bytes_per_s` costs ``size_bytes`` at that rate instead."""
+        if size_bytes <= 0:
+            return 0.0
+        if receive and self.receive_bytes_per_s:
+            return size_bytes / self.receive_bytes_per_s
+        if copies <= 0:
             return 0.0
         bandwidth = graph.nodes[node].get("memory_bandwidth_bytes_per_s")
         return 2.0 * copies * size_bytes / bandwidth if bandwidth else 0.0
@@ -65,7 +82,13 @@ PS_IMPLS: dict[str, PsImpl] = {p.name: p for p in (
            "that points at the tensor (kLargeTensorBytes, tensorflow/core/distributed_runtime/"
            "rpc/grpc_tensor_coding.cc), then copied into the kernel by the socket send; the "
            "receiver's socket read copies into gRPC's buffers and TensorResponse parsing "
-           "copies them into the tensor (tensor_response.cc): 1 send, 2 receive copies"),
+           "copies them into the tensor (tensor_response.cc): 1 send, 2 receive copies",
+           receive_bytes_per_s=0.9e9,
+           rate_source="tensorflow/tensorflow#6116 'grpc RecvTensor is slow' (yaroslavvb, "
+                       "2016-12-09): a variable in one TF process updated from another over "
+                       "gRPC moves 0.9 GB/s vs 20.2 GB/s in-process on a Xeon E5-2630 v3 "
+                       "(loopback: the CPU-bound software path, not the wire); one task's "
+                       "rate, which is why sharding over 8 ps tasks reached 2.6 GB/s"),
     PsImpl("mxnet-kvstore", "tcp", 1, 1,
            "MXNet dist_sync kvstore on ps-lite over ZeroMQ TCP: ZeroMQ sends the buffer "
            "zero-copy (zmq_msg_init_data) into the socket send's kernel copy, and receives "

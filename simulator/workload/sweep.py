@@ -65,6 +65,8 @@ class TrainingSpec:
     shared_cores: int | None = None    # the workers share this many CPU cores (compute contention)
     threads_per_worker: int = 1        # compute threads of each worker (with shared_cores)
     overlap_slowdown: float | None = None   # compute slowdown beside the library's kernels
+    overheads: object = None           # TrainingOverheads: jitter, input pipeline, step cost
+    #                                    (None: none); sampled jitter draws with ``seed``
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -174,8 +176,10 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     """Simulate one point of ``spec``; return its TrainingResult, the row extended with
     :data:`EXTRA_COLUMNS`. ``compression`` is the label of one of the spec's formats
     (default: the first)."""
+    from ..guard import check_gpus
     from .models import get_model
 
+    check_gpus(graph, gpus, what="gpus")       # before anything is sized by the count
     device = spec.device or topology_device(graph)
     model = get_model(model_name)
     profile = _profile(model_name, device, spec.batch_per_gpu, spec.precision, spec.measured_csv)
@@ -194,7 +198,9 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             slowdown=[x * contention(spec, n)
                       for x in slowdown_vector(n, factor, spec.stragglers, spec.seed)],
             compression=fmt, library=spec.library, framework=spec.framework,
-            overlap_slowdown=spec.overlap_slowdown)
+            overlap_slowdown=spec.overlap_slowdown,
+            overheads=(dataclasses.replace(spec.overheads, seed=spec.seed)
+                       if spec.overheads is not None else None))
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,

@@ -228,6 +228,9 @@ def _server_nodes(graph, workers: list[str], ps: PsConfig, servers: int) -> list
                               f"set ps_hosts; star: hosts >= gpus + servers)")
         return list(hosts[:servers])
     if ps.placement == "colocated":
+        from ..guard import check_servers
+
+        check_servers(graph, servers, what="PS servers")   # before a list of that many
         # servers on the worker machines' CPUs, round-robin (TF: local_parameter_device=cpu)
         machines = _machines(graph, workers)
         return [machines[k % len(machines)] for k in range(servers)]
@@ -241,7 +244,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       options: dict | None = None, record_rates: bool = False,
                       slowdown=None, compression: Compression | None = None,
                       collective_engine: str = "event", library=None,
-                      framework=None, overlap_slowdown: float | None = None) -> TrainingResult:
+                      framework=None, overlap_slowdown: float | None = None,
+                      overheads=None) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -273,15 +277,36 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     overlap_slowdown : float or None
         With a collective library, how much slower backward computes while a bucket's
         collective runs beside it (None: :data:`OVERLAP_SLOWDOWN`; 0: no interference).
+    overheads : TrainingOverheads or None
+        Time outside communication (:mod:`simulator.workload.overheads`): per-step jitter of a
+        synchronous step (the slowest of N workers), the input pipeline on each machine's
+        CPU cores, the framework's fixed cost per iteration. They multiply ``slowdown``;
+        None: none (earlier behaviour).
     """
+    workers = _placement_nodes(graph, gpus)    # the count checked before it sizes anything
     grad = [int(b) for b in gradient_bytes]
     slow = [1.0] * gpus if slowdown is None else [float(x) for x in slowdown]
     if len(slow) != gpus or min(slow) <= 0:
         raise ConfigError(f"slowdown needs {gpus} positive factors, got {slowdown!r}")
+    if overheads is not None and overheads.active:
+        import dataclasses
+
+        from .overheads import worker_factors
+
+        ps_cfg = ps or PsConfig()
+        synchronous = aggregation != "ps" or (ps_cfg.staleness == 0
+                                              and ps_cfg.easgd_tau is None)
+        factors = worker_factors(graph, workers, batch_per_gpu,
+                                 sum(float(l.forward_s + l.backward_s) for l in profile.layers)
+                                 + float(profile.optimizer_s),
+                                 overheads, synchronous)
+        slow = [x * f for x, f in zip(slow, factors)]
+        if overheads.step_overhead_s:
+            profile = dataclasses.replace(
+                profile, optimizer_s=float(profile.optimizer_s) + overheads.step_overhead_s)
     fwd = float(sum(l.forward_s for l in profile.layers))
     bwd = [float(l.backward_s) for l in profile.layers]
     compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
-    workers = _placement_nodes(graph, gpus)
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
                            negotiation_s(graph, workers, framework))
     library = _launched(library, framework, graph, workers)
@@ -681,6 +706,12 @@ def _transfer_schedule(kind: str, shares: np.ndarray, servers: int, reduce: bool
     return b.build()
 
 
+def _task_queue(host: str, task: str | None, per_task: bool) -> str:
+    """The compute queue of a host copy: the machine's CPU (``host``) for memory copies,
+    ``host/task`` for a task's RPC receive path."""
+    return f"{host}/{task}" if per_task and task else host
+
+
 def _host_cpu(graph, node: str) -> str:
     """The CPU node of ``node``'s machine (``node`` itself where there is none)."""
     cpu = f"n{graph.nodes[node].get('node_index', -1)}.cpu"
@@ -798,11 +829,17 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
     def remote(leader, k) -> bool:
         return host_of[leader] != host_of[server_nodes[k]]
 
-    def copies(jobs, label, fn):
+    def copies(jobs, label, fn, receive=False):
         """Host copies ``(node, bytes, copies)``, each on its machine's CPU queue (in
-        parallel across machines); ``fn()`` after the last."""
-        jobs = [(host_of[n], b, c) for n, b, c in jobs
-                if impl.copy_seconds(graph, host_of[n], b, c) > 0]
+        parallel across machines); ``fn()`` after the last. ``receive``: the receiving end
+        of a transfer: with an implementation's measured receive rate, that rate on the queue
+        of the receiving *task* (a job's optional fourth item: ``ps3``, ``worker0<-ps1``):
+        one RPC runtime per task, several tasks per machine in parallel."""
+        per_task = receive and bool(impl.receive_bytes_per_s)
+        jobs = [(_task_queue(host_of[job[0]], job[3] if len(job) > 3 else None, per_task),
+                 impl.copy_seconds(graph, host_of[job[0]], job[1], job[2], receive=receive))
+                for job in jobs]
+        jobs = [(node, seconds) for node, seconds in jobs if seconds > 0]
         if not jobs:
             fn()
             return
@@ -813,8 +850,23 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
             if left["n"] == 0:
                 fn()
 
-        for node, size, count in jobs:
-            engine.compute(node, impl.copy_seconds(graph, node, size, count), label, one_done)
+        for node, seconds in jobs:
+            engine.compute(node, seconds, label, one_done)
+
+    def both(run, receive, fn):
+        """A transfer whose receiver parses it while it streams in (an RPC runtime with a
+        measured receive rate): ``receive(done)`` queues the parsing now, on the receiving
+        task's queue behind what it already has; ``fn()`` once the wire and the parsing are
+        both done (the later of the two, not their sum)."""
+        left = {"n": 2}
+
+        def one():
+            left["n"] -= 1
+            if left["n"] == 0:
+                fn()
+
+        run.done_event.callbacks.append(lambda _e: one())
+        receive(one)
 
     def then(schedule, nodes, label, fn):
         """Run ``schedule`` on ``nodes`` (skipped for a single GPU), then call ``fn()``."""
@@ -865,12 +917,21 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
             engine.compute(leader, codec.seconds(leader, unpack_traffic) * pace[w], "unpack",
                            broadcast)
 
-        def received(_e=None):
-            copies([(leader, sum(int(model_shares[k]) for k in far), impl.receive_copies)],
-                   f"pull copy w{w}", unpack)
+        def received(_e=None, done=None):
+            if impl.receive_bytes_per_s:
+                # one stream per server, parsed in parallel (tensorflow/tensorflow#6116: one
+                # worker reached 2.6 GB/s over 8 ps tasks where one gave 0.9 GB/s)
+                jobs = [(leader, int(model_shares[k]), impl.receive_copies, f"worker{w}<-ps{k}")
+                        for k in far]
+            else:
+                jobs = [(leader, sum(int(model_shares[k]) for k in far), impl.receive_copies)]
+            copies(jobs, f"pull copy w{w}", done or unpack, receive=True)
 
         def launch_pull():
             run = engine.launch(pull_schedule, placement, label=f"pull w{w} it{it}")
+            if impl.receive_bytes_per_s:     # parsed as it streams in: done when both are
+                both(run, lambda one: received(done=one), unpack)
+                return
             run.done_event.callbacks.append(received)
 
         copies([(server_nodes[k], int(model_shares[k]), impl.send_copies) for k in far],
@@ -896,14 +957,18 @@ def _run_ps(engine, graph, workers, grad, buckets, fwd, profile, ps: PsConfig, s
                 shares = push_shares[k]
                 far = [s for s in range(servers) if remote(leader, s) and shares[s] > 0]
 
-                def received(_e=None):
-                    copies([(server_nodes[s], int(shares[s]), impl.receive_copies)
+                def received(_e=None, done=None):
+                    copies([(server_nodes[s], int(shares[s]), impl.receive_copies, f"ps{s}")
                             for s in far], f"push copy b{k}",
-                           lambda: pushed_bucket(w, it, t0, remaining))
+                           done or (lambda: pushed_bucket(w, it, t0, remaining)), receive=True)
 
                 def launch_push():
                     run = engine.launch(push_schedules[k], placement,
                                         label=f"push w{w} it{it} b{k}")
+                    if impl.receive_bytes_per_s:   # parsed as it streams in
+                        both(run, lambda one: received(done=one),
+                             lambda: pushed_bucket(w, it, t0, remaining))
+                        return
                     run.done_event.callbacks.append(received)
 
                 copies([(leader, sum(int(shares[s]) for s in far), impl.send_copies)],

@@ -1,0 +1,307 @@
+"""Network transports as NCCL runs them: its own (InfiniBand verbs, sockets) and the plugins'.
+
+NCCL moves bytes between machines through a *net* transport: its built-in InfiniBand verbs
+transport (``src/transport/net_ib.cc``, also RoCE), its socket transport
+(``src/transport/net_socket.cc``), or an external plugin loaded as ``libnccl-net.so``: AWS's
+aws-ofi-nccl over libfabric (EFA's SRD protocol), Google's GPUDirect-TCPX/TCPXO plugins. What a
+transport changes, and what this module records as data with a source for every number:
+
+payload fraction of the line rate
+    its packet framing (MTU and headers) - :class:`~simulator.library.transport.Framing`;
+per-message latency
+    the time one network step costs beyond what NCCL's tuner assumes for its own InfiniBand
+    transport (``hwLat[NET][Ring][LL]`` = 2.7 us, identical in NCCL 2.10 to 2.30,
+    ``src/graph/tuning.cc``); a plugin whose own cost model states its per-message latency
+    (aws-ofi-nccl's model tuner: ``net_lat``) gives it, and NCCL's own transports add nothing;
+latency reported to NCCL
+    ``ncclNetProperties_t.latency`` (``props->latency``): NCCL >= 2.18 adds it to every network
+    step of its tuner's model (``interLat = hwLat[NET] + graph->latencyInter``, twice for
+    Simple, ``tuning.cc``; ``latencyInter = net->net.latency``, ``search.cc``). It steers NCCL's
+    choice of algorithm and protocol; it is a tuning figure, not a measurement (aws-ofi-nccl
+    commit d87d61e0: "a value below 75us is slightly better for large deployments, but makes
+    NCCL choose the wrong algorithm for the 2 nodes case");
+per-connection limits
+    flows (sockets, queue pairs) per NCCL connection and what one flow may carry;
+protocols
+    those the platform's documented NCCL settings leave enabled (``NCCL_PROTO``).
+
+:func:`network_step_latency_us`, :func:`reported_latency_us` and :func:`enabled_protocols` are
+the hooks the ``nccl`` library calls with the topology's ``transport`` parameter;
+:func:`describe` lists everything with its source.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+
+#: NCCL's per-step latency of a network step for its own InfiniBand transport, Ring/LL, us:
+#: ``hwLat[NCCL_HW_NET][NCCL_ALGO_RING][NCCL_PROTO_LL] = 2.7`` (NVIDIA/nccl src/graph/tuning.cc,
+#: v2.10.3-1:63-70 through v2.30.7-1:157-175). A plugin's per-message latency replaces it.
+NCCL_NET_LL_LATENCY_US = 2.7
+
+#: Ethernet bytes on the wire per frame besides the IP packet: preamble+SFD 8, MAC header 14,
+#: FCS 4, inter-frame gap 12 (IEEE 802.3).
+ETH_L2_OVERHEAD = 8 + 14 + 4 + 12
+
+
+@dataclass(frozen=True)
+class NetTransport:
+    """One network transport as NCCL runs it (see the module docstring).
+
+    Attributes
+    ----------
+    name : str
+        The topology's ``transport`` value.
+    label : str
+        What NCCL logs (``NET/IB``, ``NET/AWS Libfabric``, ``NET/FasTrak``, ``NET/Socket``).
+    networks : tuple of str
+        Link kinds (``ib``, ``ethernet``) it runs on.
+    mtu_bytes : int
+        IP MTU (Ethernet) or path MTU (InfiniBand) of the fabric as the platform configures it.
+    header_bytes : int
+        Headers inside the MTU (IP, UDP/TCP, transport header, CRC).
+    wire_overhead_bytes : int
+        Bytes per packet outside the MTU (Ethernet L2 framing; InfiniBand LRH/VCRC).
+    message_latency_us : float or None
+        The transport's own per-message latency of a network step, us (None: NCCL's own figure,
+        ``NCCL_NET_LL_LATENCY_US``, stands).
+    simple_extra_us : float
+        Extra per network step for the Simple protocol (completion handling by the host).
+    reported_latency_us : float
+        ``props->latency`` reported to NCCL.
+    flows_per_connection : int
+        Flows (sockets, TCP flows) one NCCL connection opens.
+    flow_bytes_per_s : float
+        Most one flow may carry, bytes/s (``inf``: no per-flow limit).
+    protocols : tuple of str or None
+        Protocols the platform's documented NCCL settings enable (None: NCCL's defaults).
+    sources : dict
+        Constant name -> source.
+    """
+
+    name: str
+    label: str
+    networks: tuple
+    mtu_bytes: int
+    header_bytes: int
+    wire_overhead_bytes: int
+    message_latency_us: float | None = None
+    simple_extra_us: float = 0.0
+    reported_latency_us: float = 0.0
+    flows_per_connection: int = 1
+    flow_bytes_per_s: float = math.inf
+    protocols: tuple | None = None
+    sources: dict = field(default_factory=dict)
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.mtu_bytes - self.header_bytes
+
+    @property
+    def efficiency(self) -> float:
+        """Fraction of the line rate that carries payload (framing only)."""
+        return self.payload_bytes / (self.mtu_bytes + self.wire_overhead_bytes)
+
+    def step_latency_us(self, protocol: str = "LL") -> float:
+        """Latency this transport adds to each network step beyond NCCL's own figure, us."""
+        extra = 0.0
+        if self.message_latency_us is not None:
+            extra = max(0.0, self.message_latency_us - NCCL_NET_LL_LATENCY_US)
+        if protocol == "Simple":
+            extra += self.simple_extra_us
+        return extra
+
+    def connection_bytes_per_s(self, line_bytes_per_s: float) -> float:
+        """What one NCCL connection can carry on a NIC of ``line_bytes_per_s``."""
+        return min(line_bytes_per_s * self.efficiency,
+                   self.flows_per_connection * self.flow_bytes_per_s)
+
+
+_IB_LRH_BTH_ICRC_VCRC = 8 + 12 + 4 + 2
+_IPV4, _UDP, _TCP, _TCP_TS = 20, 8, 20, 12
+_ROCE_BTH_ICRC = 12 + 4
+
+_AWS_OFI = "aws/aws-ofi-nccl @2daf7d303aa139a03140aa530957d10521e4478d"
+_TCPXO = "google/nccl-plugin-gpudirect-tcpxo @04815d1bb89971577c7330f9873b70644b3a5934"
+_NCCL = "NVIDIA/nccl v2.21.5-1 (ab2b89c4c339bd7f816fbc114a4b05d386b66290)"
+
+#: Every transport by the topology's ``transport`` value.
+TRANSPORTS: dict[str, NetTransport] = {}
+
+
+def _add(t: NetTransport) -> None:
+    TRANSPORTS[t.name] = t
+
+
+_add(NetTransport(
+    "ib", "NET/IB", ("ib",), 4096, 0, _IB_LRH_BTH_ICRC_VCRC,
+    sources={"framing": "IBTA spec vol. 1 ch. 5/7: 4096 B path MTU; LRH 8 + BTH 12 + ICRC 4 + "
+                        "VCRC 2 per packet",
+             "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620 "
+                                    "'props->latency = 0; // Not set'",
+             "message_latency_us": "none: NCCL's hwLat[NET] is its own IB figure"}))
+_add(NetTransport(
+    "roce", "NET/IB (RoCE)", ("ethernet",), 4096 + _IPV4 + _UDP + _ROCE_BTH_ICRC,
+    _IPV4 + _UDP + _ROCE_BTH_ICRC,
+    ETH_L2_OVERHEAD,
+    sources={"framing": "IBTA RoCEv2 annex A17 (IPv4 20 + UDP 8 + BTH 12 + ICRC 4 around 4096 B of "
+                        "payload, the RoCE MTU) + IEEE 802.3 L2 38 B",
+             "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620"}))
+_add(NetTransport(
+    "efa", "NET/AWS Libfabric (EFA, p4d/p4de)", ("ethernet",), 9001,
+    _IPV4 + _UDP + _ROCE_BTH_ICRC, ETH_L2_OVERHEAD,
+    message_latency_us=75.0, simple_extra_us=3.0, reported_latency_us=75.0,
+    sources={"framing": "AWS EC2 jumbo frames, 9001 B MTU inside a VPC (AWS EC2 User Guide, "
+                        "'Network MTU for your EC2 instance'); SRD's own header is not public: "
+                        "taken as IPv4+UDP+12+4 B like RoCEv2 (assumption)",
+             "message_latency_us": f"{_AWS_OFI} src/platform-aws.cpp platform_data_map "
+                                   "p4d.24xlarge/p4de.24xlarge '.latency = 75.0' (the latency "
+                                   "the plugin gives NCCL; AWS publishes no measured per-message "
+                                   "figure for p4d's EFA, so the plugin's own stands for it)",
+             "simple_extra_us": f"{_AWS_OFI} include/nccl_ofi_param.h TUNER_NET_COMP_OVERHEAD "
+                                "default 3: 'With EFA, we expect a ~2usec cost in the device "
+                                "and ~1usec cost to write that completion up to the host stack'",
+             "reported_latency_us": f"{_AWS_OFI} src/platform-aws.cpp p4d '.latency = 75.0'; "
+                                    "commit d87d61e0 (2023-05-31) 'reduced to 75us for p4d, "
+                                    "p4de and p5'",
+             "protocol": f"{_AWS_OFI} src/platform-aws.cpp p4d '.default_protocol = "
+                         "PROTOCOL::SENDRECV'"}))
+_add(NetTransport(
+    "efa2", "NET/AWS Libfabric (EFAv2, p5/p5e)", ("ethernet",), 9001,
+    _IPV4 + _UDP + _ROCE_BTH_ICRC, ETH_L2_OVERHEAD,
+    message_latency_us=20.0, simple_extra_us=3.0, reported_latency_us=75.0,
+    sources={"framing": "as efa",
+             "message_latency_us": f"{_AWS_OFI} src/tuner/nccl_ofi_model.cpp "
+                                   "model_platform_params P5 & P5e '.net_lat = 20.0' "
+                                   "(include/tuner/nccl_ofi_tuner_model.h: 'net_lat; /* 2 nodes, "
+                                   "8B RDMA w/imm lat */'); P5en 18.0",
+             "simple_extra_us": f"{_AWS_OFI} include/nccl_ofi_param.h TUNER_NET_COMP_OVERHEAD 3",
+             "reported_latency_us": f"{_AWS_OFI} src/platform-aws.cpp 'p5/p5e' "
+                                    "'.latency = 75.0'",
+             "rails": f"{_AWS_OFI} tuner model P5 '.num_rails = 4' (four 100 Gbps EFA per GPU, "
+                      "one NCCL device); MIN_STRIPE_SIZE 128 KiB: smaller messages use one rail "
+                      "(include/nccl_ofi_param.h)",
+             "protocol": f"{_AWS_OFI} src/platform-aws.cpp p5 '.default_protocol = "
+                         "PROTOCOL::RDMA'"}))
+_add(NetTransport(
+    "tcpxo", "NET/FasTrak (GPUDirect-TCPXO)", ("ethernet",), 8244, _IPV4 + _TCP + _TCP_TS,
+    ETH_L2_OVERHEAD, reported_latency_us=0.0, flows_per_connection=2,
+    protocols=("LL128", "Simple"),
+    sources={"framing": "GPU-NIC VPCs created with '--mtu=8244' (Google xpk cluster network; "
+                        "dstackai/dstack examples/clusters/a3mega); TCP/IPv4 with timestamps "
+                        "(RFC 791, 9293, 7323) + IEEE 802.3 L2",
+             "reported_latency_us": f"{_TCPXO} tcpdirect_plugin/fastrak_offload/nccl_shim.cc:966 "
+                                    "'props.latency = 0'",
+             "flows_per_connection": f"{_TCPXO} tcpdirect_plugin/fastrak_offload/const_params.h"
+                                     ":103 FASTRAK_NUM_FLOWS default 2 (max kFastrakMaxNumFlows "
+                                     "8); tcpxo_scripts/nccl-env-profile-comma.sh "
+                                     "NCCL_FASTRAK_NUM_FLOWS=2",
+             "protocols": f"{_TCPXO} tcpxo_scripts/nccl-env-profile-comma.sh:51 "
+                          "'export NCCL_PROTO=Simple,LL128'",
+             "message_latency_us": "not published (no source found): NCCL's figure stands"}))
+_add(NetTransport(
+    "tcpx", "NET/GPUDirectTCPX", ("ethernet",), 8244, _IPV4 + _TCP + _TCP_TS, ETH_L2_OVERHEAD,
+    sources={"framing": "GPU-NIC VPCs 'tcpx-net-$N --mtu=8244' (GPUDirect-TCPX setup guides)",
+             "message_latency_us": "not published (no source found): NCCL's figure stands"}))
+_add(NetTransport(
+    "socket", "NET/Socket", ("ethernet", "ib"), 1500, _IPV4 + _TCP + _TCP_TS, ETH_L2_OVERHEAD,
+    sources={"framing": "1500 B Ethernet MTU, TCP/IPv4 with timestamps (RFC 791, 9293, 7323) + "
+                        "IEEE 802.3 L2",
+             "reported_latency_us": f"{_NCCL} src/transport/net_socket.cc:101 "
+                                    "'props->latency = 0; // Not set'",
+             "flows_per_connection": f"{_NCCL} src/transport/net_socket.cc:246-272: "
+                                     "NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, default 0 "
+                                     "helper threads and 1 socket (AWS vendor 0x1d0f: 2 x 8; "
+                                     "GCP 0x1ae0: 4 x 1); MAX_SOCKETS 64, MAX_THREADS 16; a "
+                                     "request is split in tasks of at least MIN_CHUNKSIZE 64 KiB "
+                                     "(l.115, 498)"}))
+
+#: The topology's legacy ``transport`` values: ``rdma`` is NCCL's IB verbs transport on either
+#: fabric; ``tcp`` is NCCL's socket transport.
+ALIASES = {("ib", "rdma"): "ib", ("ethernet", "rdma"): "roce", ("ib", "tcp"): "socket",
+           ("ethernet", "tcp"): "socket"}
+
+#: NCCL's socket transport flows per connection by cloud (``net_socket.cc`` autodetection).
+SOCKET_FLOWS = {"default": 1, "aws": 2 * 8, "gcp": 4 * 1}
+
+
+def transport_names() -> tuple:
+    """Every ``transport`` value a topology may name (legacy ``rdma``/``tcp`` included)."""
+    return ("rdma", "tcp") + tuple(TRANSPORTS)
+
+
+def get_transport(name: str, network: str = "ib") -> NetTransport:
+    """The :class:`NetTransport` a topology's ``transport`` (and ``network``) name."""
+    key = str(name)
+    if key in TRANSPORTS:
+        return TRANSPORTS[key]
+    alias = ALIASES.get((str(network), key))
+    if alias is None:
+        raise ConfigError(f"unknown transport {name!r}; known: {', '.join(transport_names())}")
+    return TRANSPORTS[alias]
+
+
+def graph_transport(graph) -> NetTransport:
+    """The transport of a topology graph (its ``transport`` and ``network`` parameters)."""
+    params = graph.graph.get("params") or {}
+    return get_transport(params.get("transport", "rdma"), params.get("network", "ib"))
+
+
+def _resolve(transport, network: str = "ib") -> NetTransport:
+    if isinstance(transport, NetTransport):
+        return transport
+    return get_transport(transport, network)
+
+
+# -- hooks for the nccl library -------------------------------------------------------------
+def network_step_latency_us(transport, protocol: str, network: str = "ib") -> float:
+    """Latency (us) a transport adds to every network step of ``protocol`` beyond NCCL's
+    ``hwLat[NET]`` (0 for NCCL's own IB and socket transports)."""
+    return _resolve(transport, network).step_latency_us(protocol)
+
+
+def reported_latency_us(transport, protocol: str, network: str = "ib",
+                        version: tuple = (2, 30)) -> float:
+    """What NCCL's tuner adds to each network step for the latency the transport reports
+    (``props->latency``): NCCL >= 2.18 adds it once, twice for Simple (tuning.cc)."""
+    if tuple(version) < (2, 18):
+        return 0.0
+    value = _resolve(transport, network).reported_latency_us
+    return value * (2 if protocol == "Simple" else 1)
+
+
+def enabled_protocols(transport, network: str = "ib") -> tuple | None:
+    """Protocols the platform's documented NCCL settings enable (None: all of NCCL's)."""
+    return _resolve(transport, network).protocols
+
+
+#: Plugins that ship a tuner (``NCCL_TUNER_PLUGIN``), and when it overrides NCCL's own choice.
+#: aws-ofi-nccl's region and model tuners cover p5/p5e/p5en/p6 only (``is_region_supported``,
+#: ``is_model_supported``) and return NCCL's own choice for ``num_nodes <= 2``
+#: (src/tuner/nccl_ofi_regions.cpp:2013, 2096; src/tuner/nccl_ofi_model.cpp); Google's TCPXO
+#: tuner ships as a closed binary with ``a3plus_tuner_config.textproto`` (not public).
+PLUGIN_TUNERS = {"efa2": ("aws-ofi-nccl region tuner", 3), "tcpxo": ("GCP NCCL tuner (closed)",
+                                                                      None)}
+
+
+def plugin_tuner_applies(transport, nodes: int, network: str = "ib") -> bool:
+    """Whether the transport's plugin tuner, not NCCL's, picks the algorithm for ``nodes``
+    machines (False where its rules are not public or it defers to NCCL)."""
+    entry = PLUGIN_TUNERS.get(_resolve(transport, network).name)
+    return bool(entry and entry[1] is not None and nodes >= entry[1])
+
+
+def describe() -> list[dict]:
+    """One row per transport: its numbers and their sources."""
+    rows = []
+    for t in TRANSPORTS.values():
+        rows.append({"transport": t.name, "label": t.label, "efficiency": t.efficiency,
+                     "step_latency_LL_us": t.step_latency_us("LL"),
+                     "step_latency_Simple_us": t.step_latency_us("Simple"),
+                     "reported_latency_us": t.reported_latency_us,
+                     "flows_per_connection": t.flows_per_connection,
+                     "protocols": t.protocols, "sources": dict(t.sources)})
+    return rows

@@ -1,0 +1,146 @@
+"""NCCL's data path inside one ring call (simulator/library/datapath.py) and how it reaches the
+engine.
+
+The numbers asserted here are hand-computed from NVIDIA/nccl's source constants
+(``NCCL_STEPS`` 8, buffer sizes 4 MiB / 512 KiB / 4,915,200 B, ``ALLREDUCE_CHUNKSTEPS`` 4,
+``ALLREDUCE_SLICESTEPS`` 2, thread counts and thresholds, ``MAXCHANNELS``) and the tuner's
+per-step latencies (``hwLat``), not read back from the code under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.collective import run_collective
+from simulator.library import get_library
+from simulator.library.datapath import (chunk_bytes, ring_channels, ring_datapath,
+                                        runtime_channels)
+from simulator.library.nccl_constants import get_version
+from simulator.measure.schema import read_measurements
+from simulator.topology import load_topology
+
+A100 = load_topology("dgx-a100", {})
+A100_2 = load_topology("dgx-a100-2node", {})
+MEASURED = Path(__file__).parent / "data" / "measurements" / \
+    "nccl_ocitutorials_bmgpu48_a100_1node.csv"
+
+
+@pytest.mark.parametrize("collective, protocol, chunk, slices", [
+    ("allreduce", "Simple", 4 * 512 * 1024, 2),     # 4 steps of 4 MiB / 8, slices of 2 steps
+    ("allgather", "Simple", 4 * 512 * 1024, 2),
+    ("reduce_scatter", "Simple", 4 * 512 * 1024, 2),
+    ("allreduce", "LL", 512 * 1024 // 8 // 2, 1),   # one 64 KiB step of lines, half data
+    ("allreduce", "LL128", 4915200 // 8 * 15 // 16, 1),
+])
+def test_chunks_and_slices_are_nccls(collective, protocol, chunk, slices):
+    assert chunk_bytes(collective, protocol) == (chunk, slices)
+
+
+def test_runtime_channels_double_the_search_and_stop_at_maxchannels():
+    assert runtime_channels(get_version("2.21"), 12) == 24
+    assert runtime_channels(get_version("2.21"), 20) == 32      # MAXCHANNELS 32 up to 2.24
+    assert runtime_channels(get_version("2.30"), 20) == 40      # 64 from 2.25
+
+
+@pytest.mark.parametrize("protocol, size, ranks, expected", [
+    ("Simple", 256 << 10, 8, 8),        # 512 threads x 64 B = 32 KiB per channel
+    ("Simple", 16 << 20, 8, 24),
+    ("LL", 64 << 10, 8, 2),             # 512 threads x 8 B x 8 ranks = 32 KiB per channel
+    ("LL128", 64 << 10, 8, 12),         # 640 x 8 B = 5 KiB per channel
+    ("Simple", 8, 8, 1),
+])
+def test_small_calls_drop_channels(protocol, size, ranks, expected):
+    assert ring_channels(get_version("2.21"), "allreduce", protocol, size, ranks, 24,
+                         512 if protocol != "LL128" else 640) == expected
+
+
+def test_nccl_230_keeps_32k_of_traffic_per_channel():
+    # LL128 keeps 12 channels for 64 KiB by the thread threshold, but 2.30's planner wants
+    # 32 KiB of traffic (2 x 64 KiB for all-reduce) per channel: 4
+    assert ring_channels(get_version("2.30"), "allreduce", "LL128", 64 << 10, 8, 24,
+                         640) == 4
+
+
+@pytest.mark.parametrize("size, loops", [(16 << 20, 1), (384 << 20, 1), (385 << 20, 2),
+                                         (1 << 30, 3)])
+def test_loops_and_syncs_per_step(size, loops):
+    # 24 channels x 8 ranks x 2 MiB = 384 MiB per loop
+    path = ring_datapath(get_version("2.30"), "allreduce", "Simple", size, 8, 12, 240.0)
+    assert (path.channels, path.loops, path.syncs_per_step) == (24, loops, 2 * loops)
+
+
+def test_ring_simple_pays_the_step_latency_per_slice():
+    """16 MiB on one DGX A100: one loop of two slices per step, every channel: the engine's
+    time is base + 14 x (2 x hwLat + size / 8 / rate), the tuner's line plus 14 x hwLat."""
+    size = 16 << 20
+    run = run_collective(A100, "allreduce", "ring", size, library="nccl", protocol="Simple",
+                         launch="none", engine="event")
+    rate = 300e9 * 0.8
+    assert run.row["time_s"] == pytest.approx(8.4e-6 + 14 * (2 * 3.4e-6 + size / 8 / rate),
+                                              rel=1e-9)
+    assert run.row["time_s"] == pytest.approx(run.plan.predicted_time_s + 14 * 3.4e-6,
+                                              rel=1e-9)
+    assert run.row["channels"] == 24
+
+
+def test_fewer_channels_move_their_share():
+    """256 KiB Simple runs on 8 of 24 channels, each at 240 / 24 GB/s."""
+    size = 256 << 10
+    run = run_collective(A100, "allreduce", "ring", size, library="nccl", protocol="Simple",
+                         launch="none", engine="event")
+    assert run.row["channels"] == 8
+    assert run.row["time_s"] == pytest.approx(
+        8.4e-6 + 14 * (2 * 3.4e-6 + size / 8 / 80e9), rel=1e-9)
+
+
+def test_channel_share_applies_on_one_machine_only():
+    """Across machines a small call on few channels keeps the tuner's rates (the network
+    path's, capped by NCCL's multi-node tables); the syncs per step still apply."""
+    run = run_collective(A100_2, "allreduce", "ring", 64 << 10, gpus=16, library="nccl",
+                         launch="none", engine="event")
+    assert run.row["channels"] == 1 and run.row["protocol"] == "LL"
+    cand = next(c for c in get_library("nccl").candidates(A100_2, "allreduce", 64 << 10, 16)
+                if (c.algorithm, c.protocol) == ("ring", "LL"))
+    graph = run.plan.graph
+    edge = next((a, b) for a, b, k in graph.edges(data="kind") if k == "nvswitch")
+    assert graph.edges[edge]["bandwidth_bytes_per_s"] == pytest.approx(
+        A100_2.edges[edge]["bandwidth_bytes_per_s"] * 0.8 * cand.busbw_GBps
+        / cand.wire_busbw_GBps, rel=1e-9)
+
+
+@pytest.mark.parametrize("graph, gpus, size, protocol", [
+    (A100, 8, 16 << 20, "Simple"), (A100, 8, 256 << 10, "LL"), (A100, 8, 1 << 30, None),
+    (A100_2, 16, 64 << 10, None), (A100_2, 16, 512 << 20, "Simple"),
+])
+def test_fast_engine_equals_event_engine_with_the_data_path(graph, gpus, size, protocol):
+    fast = run_collective(graph, "allreduce", "ring", size, gpus=gpus, library="nccl",
+                          protocol=protocol, engine="auto")
+    event = run_collective(graph, "allreduce", "ring", size, gpus=gpus, library="nccl",
+                           protocol=protocol, engine="event")
+    assert fast.row["engine"] == "fast"
+    assert fast.row["time_s"] == pytest.approx(event.row["time_s"], rel=1e-9)
+
+
+def test_tuner_choice_is_unchanged():
+    lib = get_library("nccl")
+    for size in (8, 1 << 20, 16 << 20, 1 << 30):
+        plan = lib.plan(A100, "allreduce", "auto", size, 8)
+        assert plan.protocol == lib.candidates(A100, "allreduce", size, 8)[0].protocol
+
+
+def test_simple_ramp_matches_a_measured_dgx_a100():
+    """One node of 8 A100 on NVSwitch (OCI BM.GPU4.8, nccl-tests -g 8): where NCCL runs Simple
+    (32 MiB and up by the tuner), the simulated ring is within 15 % of the machine and still
+    ramping at 128 MiB (busbw below 95 % of the 1 GiB value), as the machine is."""
+    frame = read_measurements(MEASURED)
+    measured = dict(zip(frame["size_bytes"], frame["time_us"]))
+    busbw = {}
+    for size in (64 << 20, 128 << 20, 256 << 20, 1 << 30):
+        run = run_collective(A100, "allreduce", "auto", size, library="nccl", launch="group",
+                             engine="auto")
+        assert run.row["protocol"] == "Simple"
+        assert run.row["time_us"] == pytest.approx(measured[size], rel=0.15)
+        busbw[size] = run.row["busbw_GBps"]
+    assert busbw[128 << 20] < 0.95 * busbw[1 << 30]

@@ -1,0 +1,116 @@
+"""Network transports as NCCL runs them (simulator/library/netplugins.py): each transport's
+constants give the hand-computed framing, per-step latency, reported latency and protocols, and
+the presets carry them."""
+
+import math
+
+import pytest
+
+from simulator.errors import ConfigError
+from simulator.library import netplugins as NP
+from simulator.library.machine import machine_facts
+from simulator.library.nccl import NcclLibrary, link_efficiency
+from simulator.library.nccl_constants import PCIE_EFFICIENCY
+from simulator.library.transport import framing
+from simulator.topology.builders import build
+from simulator.topology.presets import load_topology
+
+# hand-computed payload fractions: payload / (MTU + Ethernet L2 38 B) or IB 26 B per packet
+EFA_EFF = (9001 - 20 - 8 - 12 - 4) / (9001 + 38)          # 8957 / 9039
+TCPXO_EFF = (8244 - 20 - 20 - 12) / (8244 + 38)           # 8192 / 8282
+
+
+@pytest.mark.parametrize("network, transport, expected", [
+    ("ib", "rdma", 4096 / (4096 + 26)),
+    ("ib", "ib", 4096 / (4096 + 26)),
+    ("ethernet", "rdma", 4096 / (4096 + 38 + 44)),
+    ("ethernet", "roce", 4096 / (4096 + 38 + 44)),
+    ("ethernet", "tcp", 1448 / (1448 + 90)),
+    ("ethernet", "socket", 1448 / (1448 + 90)),
+    ("ethernet", "efa", EFA_EFF),
+    ("ethernet", "efa2", EFA_EFF),
+    ("ethernet", "tcpxo", TCPXO_EFF),
+    ("ethernet", "tcpx", TCPXO_EFF),
+])
+def test_framing_of_every_transport(network, transport, expected):
+    assert framing(network, transport).efficiency == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("name, ll, simple, reported", [
+    ("ib", 0.0, 0.0, 0.0),
+    ("roce", 0.0, 0.0, 0.0),
+    ("socket", 0.0, 0.0, 0.0),
+    ("tcpxo", 0.0, 0.0, 0.0),
+    ("efa", 75.0 - 2.7, 75.0 - 2.7 + 3.0, 75.0),     # p4d: plugin latency 75 us, +3 us Simple
+    ("efa2", 20.0 - 2.7, 20.0 - 2.7 + 3.0, 75.0),    # p5: net_lat 20 us, +3 us Simple
+])
+def test_step_latency_and_reported_latency(name, ll, simple, reported):
+    assert NP.network_step_latency_us(name, "LL") == pytest.approx(ll)
+    assert NP.network_step_latency_us(name, "LL128") == pytest.approx(ll)
+    assert NP.network_step_latency_us(name, "Simple") == pytest.approx(simple)
+    # NCCL >= 2.18 adds props->latency to each network step of its model, twice for Simple
+    assert NP.reported_latency_us(name, "LL") == reported
+    assert NP.reported_latency_us(name, "Simple") == 2 * reported
+    assert NP.reported_latency_us(name, "Simple", version=(2, 12)) == 0.0
+
+
+def test_legacy_names_resolve_and_unknown_names_fail():
+    assert NP.get_transport("rdma", "ib").name == "ib"
+    assert NP.get_transport("rdma", "ethernet").name == "roce"
+    assert NP.get_transport("tcp", "ethernet").name == "socket"
+    with pytest.raises(ConfigError, match="unknown transport"):
+        NP.get_transport("carrier-pigeon")
+
+
+def test_protocols_and_per_connection_limits():
+    assert NP.enabled_protocols("tcpxo") == ("LL128", "Simple")      # NCCL_PROTO=Simple,LL128
+    assert NP.enabled_protocols("efa2") is None
+    tcpxo = NP.TRANSPORTS["tcpxo"]
+    assert tcpxo.flows_per_connection == 2                             # FASTRAK_NUM_FLOWS
+    line = 25e9                                                        # 200 Gbps
+    assert tcpxo.connection_bytes_per_s(line) == pytest.approx(line * TCPXO_EFF)
+    assert NP.SOCKET_FLOWS == {"default": 1, "aws": 16, "gcp": 4}
+    # aws-ofi-nccl's tuners defer to NCCL's on two nodes (the comparisons here)
+    assert not NP.plugin_tuner_applies("efa2", 2) and NP.plugin_tuner_applies("efa2", 4)
+    assert not NP.plugin_tuner_applies("efa", 4) and not NP.plugin_tuner_applies("tcpxo", 4)
+    for row in NP.describe():
+        assert row["sources"], row["transport"]                       # every transport sourced
+
+
+@pytest.mark.parametrize("preset, transport, nics, gbps", [
+    ("aws-p4d", "efa", 4, 100), ("aws-p5", "efa2", 8, 400), ("gcp-a3-mega", "tcpxo", 8, 200)])
+def test_two_node_presets_carry_their_transport(preset, transport, nics, gbps):
+    graph = load_topology(preset, {"nodes": "2"})
+    assert NP.graph_transport(graph).name == transport
+    facts = machine_facts(graph, 16)
+    assert facts.transport == transport and facts.nodes == 2 and facts.nics == nics
+    eff = EFA_EFF if transport.startswith("efa") else TCPXO_EFF
+    assert link_efficiency("ethernet", facts) == pytest.approx(eff)
+    # the network bandwidth NCCL's tuner sees: per NIC, the line rate x the transport's
+    # framing, unless the NIC's PCIe link (at NCCL's PCIe efficiency) is slower
+    _, inter, _ = NcclLibrary()._bandwidths(graph, 16, facts)
+    pcie = graph.graph["params"]["pcie_bandwidth"] / 1e9 * PCIE_EFFICIENCY
+    assert inter == pytest.approx(nics * min(gbps / 8 * eff, pcie))
+
+
+def test_two_node_p5_network_step_latency_by_hand():
+    """aws-p5, 2 nodes, ring all-reduce over 16 ranks: 2 network steps, each paying EFA's
+    20 us per 8 B message instead of NCCL's 2.7 us: +2 x 17.3 us (LL) or 2 x 20.3 us
+    (Simple) on the call."""
+    graph = load_topology("aws-p5", {"nodes": "2"})
+    t = NP.graph_transport(graph)
+    n_inter = 2 * (2 - 1)
+    assert n_inter * t.step_latency_us("LL") == pytest.approx(34.6)
+    assert n_inter * t.step_latency_us("Simple") == pytest.approx(40.6)
+
+
+def test_builder_accepts_the_transports_and_checks_the_network():
+    graph = build("gpu_cluster", {"nodes": 2, "gpus_per_node": 2, "network": "ethernet",
+                                  "transport": "efa"})
+    assert graph.graph["params"]["transport"] == "efa"
+    with pytest.raises(ConfigError, match="runs on ethernet"):
+        build("gpu_cluster", {"nodes": 2, "gpus_per_node": 2, "network": "ib",
+                              "transport": "tcpxo"})
+    with pytest.raises(ConfigError, match="transport"):
+        build("gpu_cluster", {"nodes": 2, "gpus_per_node": 2, "transport": "smoke"})
+    assert math.isinf(NP.TRANSPORTS["ib"].flow_bytes_per_s)
