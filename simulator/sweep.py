@@ -33,15 +33,21 @@ from .scenario import (Scenario, load_scenario, point_key, read_scenario, result
 _GRAPHS: dict = {}
 
 
-def _run_one(text: str, origin: str, base_dir: str, point: tuple) -> dict:
-    """Worker entry: rebuild the scenario from its text (picklable), run one point."""
-    scenario = read_scenario(text, origin, Path(base_dir))
+def _graph(scenario: Scenario):
+    """The scenario's topology, built once per process (its counts checked against it)."""
     key = (scenario.topology, tuple(sorted(scenario.topology_params.items())))
     graph = _GRAPHS.get(key)
     if graph is None:
-
         graph = _GRAPHS[key] = scenario.graph()
-    return run_point(scenario, point, graph)
+    else:
+        scenario.check_counts(graph)       # this scenario's counts, on the cached topology
+    return graph
+
+
+def _run_one(text: str, origin: str, base_dir: str, point: tuple) -> dict:
+    """Worker entry: rebuild the scenario from its text (picklable), run one point."""
+    scenario = read_scenario(text, origin, Path(base_dir))
+    return run_point(scenario, point, _graph(scenario))
 
 
 def _existing(out: Path, scenario: Scenario) -> pd.DataFrame:
@@ -78,6 +84,8 @@ def run_sweep(path: str, out: str, *, workers: int | None = None, scheduler: str
     rows = done_frame.to_dict("records")
     done = {point_key(scenario, r) for r in rows}
     todo = [p for p in points if p not in done]
+    if todo:
+        _graph(scenario)      # the topology and the counts checked here, before any worker
     args = (text, str(path), str(Path(path).parent))
     bar = _progress_bar(len(points), len(points) - len(todo), progress, scenario.name)
     last_write = time.monotonic()
@@ -106,20 +114,63 @@ def run_sweep(path: str, out: str, *, workers: int | None = None, scheduler: str
 
 
 def _run_processes(workers: int, args, todo, collect) -> None:
+    run_calls(_run_one, ((*args, p) for p in todo), collect, workers=workers)
+
+
+def _run_dask(scheduler: str, args, todo, collect) -> None:
+    run_calls(_run_one, ((*args, p) for p in todo), collect, scheduler=scheduler)
+
+
+def run_calls(fn, calls, collect, *, workers: int | None = None, scheduler: str | None = None,
+              skip=None, window: int | None = None) -> None:
+    """Run ``fn(*call)`` for every ``call`` of the iterable ``calls``, handing each result to
+    ``collect`` (in this process) as it finishes: in this process when ``workers`` is 1, in
+    ``workers`` local processes (default: one per CPU), or on Dask when ``scheduler`` is given
+    (``tcp://HOST:PORT``, or ``local`` for a ``LocalCluster``). ``fn`` must be picklable (a
+    module-level function).
+
+    ``calls`` is consumed lazily: at most ``window`` calls are in flight (None: all at once), and
+    ``skip(call)`` (optional) is asked just before a call would be submitted, after every result
+    finished so far has been collected, so a caller can drop calls that earlier results made
+    useless (a branch-and-bound search)."""
+    it = iter(calls)
+
+    def take(n):
+        out = []
+        while n is None or len(out) < n:
+            call = next(it, None)
+            if call is None:
+                break
+            if skip is None or not skip(call):
+                out.append(call)
+        return out
+
+    if scheduler:
+        _calls_dask(scheduler, fn, take, collect, window)
+        return
+    workers = workers or os.cpu_count() or 1
+    if workers <= 1:
+        while True:
+            batch = take(1)
+            if not batch:
+                return
+            collect(fn(*batch[0]))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = {pool.submit(_run_one, *args, p) for p in todo}
+        pending = {pool.submit(fn, *c) for c in take(window)}
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
                     collect(future.result())
+                if window is not None:
+                    pending |= {pool.submit(fn, *c) for c in take(window - len(pending))}
         except BaseException:
             for future in pending:
                 future.cancel()
             raise
 
 
-def _run_dask(scheduler: str, args, todo, collect) -> None:
+def _calls_dask(scheduler: str, fn, take, collect, window) -> None:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -137,9 +188,16 @@ def _run_dask(scheduler: str, args, todo, collect) -> None:
         except OSError as exc:
             raise ConfigError(f"--scheduler {scheduler}: cannot connect: {exc}") from None
     try:
-        futures = [client.submit(_run_one, *args, p, pure=False) for p in todo]
-        for future in as_completed(futures):
+        first = take(window)
+        futures = as_completed([client.submit(fn, *c, pure=False) for c in first])
+        in_flight = len(first)
+        for future in futures:
+            in_flight -= 1
             collect(future.result())
+            if window is not None:
+                for c in take(window - in_flight):
+                    futures.add(client.submit(fn, *c, pure=False))
+                    in_flight += 1
     finally:
         client.close()
         if cluster is not None:

@@ -35,7 +35,7 @@ def test_every_preset_fits_the_typed_grammar(path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("name: x\nbuilder: stars\n", "p.yaml:2: builder: expected one of star, fat_tree, gpu_cluster, got 'stars'"),
+    ("name: x\nbuilder: stars\n", "p.yaml:2: builder: expected one of star, fat_tree, gpu_cluster, rail_optimised, multi_plane, three_tier, dragonfly, got 'stars'"),
     ("name: x\nbuilder: star\nparams: {hostz: 4}\n",
      "p.yaml:3: params.hostz: unknown parameter 'hostz' for builder 'star'; valid: hosts"),
     ("name: x\nbuilder: star\nsources: [a, 3]\n", "p.yaml:3: sources.1: expected a string, "

@@ -159,7 +159,8 @@ def test_build_checks_names():
     assert build("star", {"hosts": 3}).number_of_nodes() == 4
     with pytest.raises(ConfigError, match="'hostz'.*valid: hosts, link_bandwidth"):
         build("star", {"hostz": 3})
-    with pytest.raises(ConfigError, match="valid: fat_tree, gpu_cluster, star"):
+    with pytest.raises(ConfigError, match="valid: dragonfly, fat_tree, gpu_cluster, "
+                                          "multi_plane, rail_optimised, star, three_tier"):
         build("torus", {})
     assert parameter_names("star") == ["hosts", "link_bandwidth", "link_latency",
                                        "reduce_bandwidth", "kind"]
@@ -462,7 +463,7 @@ def test_load_from_path(tmp_path):
     ("name: x\nbuilder: star\nparams:\n  link_bandwidth: fast\n", UnitError,
      r"mine.yaml:4: link_bandwidth: cannot parse"),
     ("name: x\nbuilder: star\nparams:\n  hosts: 0\n", ConfigError, r"mine.yaml:4: hosts"),
-    ("name: x\nbuilder: ring\n", ConfigError, r"mine.yaml:2: builder: expected one of star, fat_tree, gpu_cluster, got 'ring'"),
+    ("name: x\nbuilder: ring\n", ConfigError, r"mine.yaml:2: builder: expected one of star, fat_tree, gpu_cluster, rail_optimised, multi_plane, three_tier, dragonfly, got 'ring'"),
     ("name: x\nbuilder: star\nparams: [1, 2]\n", ConfigError, r"mine.yaml:3: params: expected a mapping, got \[1, 2\]"),
     ("name: x\nbuilder: star\nsources: [1]\n", ConfigError, r"mine.yaml:3: sources.0: expected a string, got 1"),
     ("name: x\nname: y\nbuilder: star\n", ConfigError, r"mine.yaml:2: duplicate key 'name'"),

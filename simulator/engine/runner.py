@@ -146,15 +146,19 @@ class Engine:
         reductions free everywhere.
     record_rates : bool
         Keep per-link rate timelines (utilisation over time).
+    routing, routing_seed : str or None, int or None
+        Override the topology's routing mode and seed (``ideal``, ``ecmp``, ``adaptive``; see
+        :mod:`simulator.topology.routing`); None keeps the topology's own.
     """
 
     def __init__(self, graph: nx.DiGraph, *, reduce_compute: bool = True,
-                 record_rates: bool = False):
+                 record_rates: bool = False, routing: str | None = None,
+                 routing_seed: int | None = None):
         self.graph = graph
         self.env = simpy.Environment()
         self.network = FlowNetwork(self.env, record_rates=record_rates)
         self.network.deadline = _DEADLINE.get()
-        self.router = Router(graph)
+        self.router = Router(graph, routing=routing, seed=routing_seed)
         self.reduce_compute = reduce_compute
         self._device_free_at: dict[str, float] = {}
         self.failed: dict[str, float] = {}      # failed node -> time of failure

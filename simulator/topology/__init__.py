@@ -12,6 +12,9 @@ from simulator.topology.builders import (
     BUILDERS, build, fat_tree, gpu_cluster, parameter_names, star,
 )
 from simulator.topology.devices import DEVICES, Device, get_device
+from simulator.topology.fabrics import (  # registers its builders in BUILDERS
+    bisection, dragonfly, multi_plane, rail_optimised, three_tier,
+)
 from simulator.topology.graph import (
     EDGE_KINDS, NODE_KINDS, describe, endpoints, local_ranks, ps_endpoints, validate,
 )
@@ -20,8 +23,9 @@ from simulator.topology.rings import RingPlan, ring_orders
 from simulator.topology.routing import Path, Router
 
 __all__ = [
-    "BUILDERS", "DEVICES", "Device", "EDGE_KINDS", "NODE_KINDS", "Path", "Router", "build",
-    "describe", "endpoints", "fat_tree", "get_device", "gpu_cluster", "list_topologies",
+    "BUILDERS", "DEVICES", "Device", "EDGE_KINDS", "NODE_KINDS", "Path", "Router", "bisection",
+    "build", "describe", "dragonfly", "endpoints", "fat_tree", "multi_plane", "rail_optimised",
+    "three_tier", "get_device", "gpu_cluster", "list_topologies",
     "load_topology", "local_ranks", "parameter_names", "preset_names", "ps_endpoints", "read_preset",
     "RingPlan", "ring_orders", "star", "validate",
 ]

@@ -92,7 +92,7 @@ class TopologyFile(Section):
 
     name: str
     description: str | None = None
-    builder: one_of(lambda: BUILDERS) = Field(description="star, fat_tree or gpu_cluster")
+    builder: one_of(lambda: BUILDERS) = Field(description="a builder: star, fat_tree, gpu_cluster, or a fabric of simulator.topology.fabrics")
     params: dict[str, Any] = Field(default_factory=dict,
                                    description="the builder's parameters; unit strings allowed")
     sources: list[str] = Field(default_factory=list, description="where each number comes from")
