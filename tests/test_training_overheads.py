@@ -98,3 +98,30 @@ def test_measured_rows_get_the_sourced_overheads():
     assert chosen.decode_cpu_s_per_sample == DECODE_CPU_S_TF_CNN_2017
     synthetic = dict(real, dataset="ImageNet (synthetic data)")
     assert for_measured_row(synthetic, decode_cpu_s_per_sample=0.02).decode_cpu_s_per_sample == 0
+
+
+def test_train_command_flags_set_the_overheads(capsys):
+    """``clustersim train --jitter-cv/--step-overhead``: a slower step at 8 GPUs than without,
+    none at 1 GPU for the jitter (the slowest of one worker is that worker); a bad value is one
+    line."""
+    import pandas as pd
+    from io import StringIO
+
+    from simulator.cli import main
+
+    base = ["train", "--topology", "dgx-a100", "--model", "resnet50", "--gpus", "1,8",
+            "--aggregation", "ring", "--format", "csv"]
+
+    def frame(*extra):
+        assert main(base + list(extra)) == 0
+        return pd.read_csv(StringIO(capsys.readouterr().out)).set_index("gpus")
+
+    plain = frame()
+    jitter = frame("--jitter-cv", "0.02")
+    overhead = frame("--step-overhead", "5ms")
+    assert jitter.loc[1, "iteration_s"] == plain.loc[1, "iteration_s"]
+    assert jitter.loc[8, "iteration_s"] > plain.loc[8, "iteration_s"]
+    assert overhead.loc[1, "iteration_s"] > plain.loc[1, "iteration_s"]
+    assert main(base + ["--jitter-cv", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "jitter_cv" in err and len(err.strip().splitlines()) == 1
