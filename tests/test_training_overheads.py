@@ -124,4 +124,4 @@ def test_train_command_flags_set_the_overheads(capsys):
     assert overhead.loc[1, "iteration_s"] > plain.loc[1, "iteration_s"]
     assert main(base + ["--jitter-cv", "1.5"]) == 2
     err = capsys.readouterr().err
-    assert "jitter_cv" in err and len(err.strip().splitlines()) == 1
+    assert "--jitter-cv" in err and len(err.strip().splitlines()) == 1

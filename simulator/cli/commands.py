@@ -373,6 +373,9 @@ def _overheads(args):
         raise ConfigError(f"--host-cores must be >= 1, got {args.host_cores}")
     if not (args.jitter_cv or step or decode):
         return None
+    if not 0.0 <= args.jitter_cv < 1.0:
+        raise ConfigError(f"--jitter-cv must be a coefficient of variation in [0, 1), got "
+                          f"{args.jitter_cv} (0.01: the sourced Horovod value)")
     return TrainingOverheads(jitter_cv=args.jitter_cv, step_overhead_s=step,
                              decode_cpu_s_per_sample=decode, host_cores=args.host_cores)
 
