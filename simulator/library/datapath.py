@@ -159,3 +159,73 @@ def ring_datapath(version: NcclVersion, collective: str, protocol: str, size_byt
     return DataPath(protocol=protocol, channels_max=channels_max, channels=used,
                     threads=threads, chunk_bytes=chunk, slices_per_chunk=slices, loops=loops,
                     syncs_per_step=loops * slices, rate_fraction=used / channels_max)
+
+
+# -- NVLS and NVLS tree ---------------------------------------------------------------------
+#
+# NVLS all-reduce (NVLink SHARP: the NVSwitch sums and multicasts) runs on its own channels,
+# each with ``nHeads`` = local ranks heads; the call moves ``channels x heads x chunk`` bytes
+# per loop. NCCL shrinks the chunk for smaller messages (``enqueue.cc``, chunk sizing for
+# NCCL_ALGO_NVLS and NCCL_ALGO_NVLS_TREE, identical from 2.23 to 2.30.7; 2.18-2.21 had the
+# same NVLS rule): the steady state is reached only at large sizes. The tuner's line
+# (``latency + bytes / bandwidth``) has no term for that. What it costs is modelled as a
+# pipeline fill of :data:`NVLS_FILL_CHUNKS` chunk-times per channel, the one constant here
+# that no source gives (fitted, see below).
+
+#: NVLS channels (``nvlsChannels``): ``NCCL_NVLS_NCHANNELS`` 16 up to 2.25
+#: (``src/transport/nvls.cc`` v2.18.3-1:231, v2.23.4-1:145); from 2.26 by architecture:
+#: ``NVLS_NCHANNELS_SM90`` 16, ``NVLS_NCHANNELS_SM100`` 32 (several machines), and from 2.27
+#: ``NVLS_NCHANNELS_SM100_NVL`` 24 on one machine (v2.27.3-1:147-149, 2.30.7:155-157).
+NVLS_CHANNELS_SM90 = 16
+NVLS_CHANNELS_SM100 = 32
+NVLS_CHANNELS_SM100_ONE_MACHINE = 24
+#: ``NCCL_NVLS_CHUNKSIZE`` default (``src/transport/nvls.cc``, 2.21-2.30.7).
+NVLS_MAX_CHUNK_BYTES = 128 * 1024
+
+#: The pipeline fill of an NVLS call, in chunk-times of one channel: ``fill = NVLS_FILL_CHUNKS x
+#: chunk x channels / algbw``. No source states it; it is fitted (least |signed bias|) on one
+#: named file, ``tests/data/measurements/nccl_nccltests309_xe9680_h100_2node_ib.csv`` (2 x 8 H100,
+#: NVLS tree over InfiniBand, NCCL 2.26.2, one process per GPU), and checked on the other NVLS
+#: files (B200 one and two machines, p5 EFA, a3-mega TCPXO): docs/validation/sources.md,
+#: "NVLS pipeline fill". It is close to 2 x NCCL_STEPS (16), the slots of the two FIFOs a chunk
+#: crosses (17 fitted), which is a plausibility remark, not a derivation.
+NVLS_FILL_CHUNKS = 17.0
+
+
+def nvls_channels(version: NcclVersion, generation: str, nodes: int) -> int:
+    """The channels an NVLS / NVLS-tree call runs on (see :data:`NVLS_CHANNELS_SM90`)."""
+    if generation in ("hopper",) or version.number < (2, 26):
+        return NVLS_CHANNELS_SM90
+    if nodes > 1 or version.number < (2, 27):
+        return NVLS_CHANNELS_SM100
+    return NVLS_CHANNELS_SM100_ONE_MACHINE
+
+
+def nvls_chunk_bytes(algorithm: str, size_bytes: int, channels: int, heads: int,
+                     nodes: int) -> int:
+    """NCCL's chunk for an NVLS (``nvls``) or NVLS-tree (``nvls_tree``) all-reduce of
+    ``size_bytes`` (``enqueue.cc``): smaller messages get smaller chunks."""
+    ops = max(1, channels * heads)
+    size = int(size_bytes)
+    if algorithm == "nvls":
+        chunk = NVLS_MAX_CHUNK_BYTES
+        for factor, limit in ((64, 65536), (8, 32768), (2, 16384)):
+            if size < factor * ops * chunk and chunk > limit:
+                chunk = limit
+        return chunk
+    # NVLS tree: NCCL_NVLSTREE_MAX_CHUNKSIZE is 64 KiB from 4 machines, else the NVLS chunk
+    chunk = min(NVLS_MAX_CHUNK_BYTES, 65536 if nodes >= 4 else NVLS_MAX_CHUNK_BYTES)
+    for factor, limit in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if size < factor * ops * chunk and chunk > limit:
+            chunk = limit
+    return chunk
+
+
+def nvls_fill_s(version: NcclVersion, algorithm: str, generation: str, size_bytes: int,
+                heads: int, nodes: int, algbw_bytes_per_s: float) -> float:
+    """The pipeline fill of one NVLS / NVLS-tree call, seconds (see :data:`NVLS_FILL_CHUNKS`)."""
+    if algbw_bytes_per_s <= 0:
+        return 0.0
+    channels = nvls_channels(version, generation, nodes)
+    chunk = nvls_chunk_bytes(algorithm, size_bytes, channels, heads, nodes)
+    return NVLS_FILL_CHUNKS * chunk * channels / algbw_bytes_per_s

@@ -62,7 +62,7 @@ from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
 from .netplugins import enabled_protocols, network_step_latency_us
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
-from .datapath import THREAD_THRESHOLD, THREADS, DataPath, ring_datapath
+from .datapath import THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath
 from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version
 
 #: User-facing algorithm names and the NCCL algorithm each is.
@@ -467,6 +467,7 @@ class NcclLibrary:
         helpers: tuple = ()
         slices = None
         nvlink_scale = 1.0
+        fill_s = 0.0
         if c.algorithm == "ring":
             # NCCL's ring as its kernels run it (simulator.library.datapath), timed by the
             # engine: bulk-synchronous steps (each costs its slowest transfer); every step pays
@@ -543,6 +544,11 @@ class NcclLibrary:
             # its way of counting the traffic that the schedule here moves explicitly)
             nvlink_scale = v.nvls_efficiency[facts.generation]
             scale = self.scale["bandwidth"]
+            # NCCL shrinks NVLS chunks for smaller messages; the pipeline fill they leave
+            # (simulator.library.datapath.nvls_fill_s) is charged once, with the latency
+            fill_s = nvls_fill_s(v, c.algorithm, facts.generation, int(size_bytes), local,
+                                 facts.nodes, c.algbw_GBps * 1e9 * self.scale["bandwidth"])
+            fixed += fill_s
         new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale,
                                      intra_scale)
         return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
@@ -553,6 +559,7 @@ class NcclLibrary:
                     notes={"launch": str(launch), "version": v.name,
                            "busbw_GBps": c.busbw_GBps, "channels_max": c.channels,
                            "intra_step_us": intra_lat, "inter_step_us": inter_lat,
+                           **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
 
     def _channel_busbw(self, facts: MachineFacts, protocol: str) -> float:
