@@ -3,7 +3,8 @@
 NCCL moves bytes between machines through a *net* transport: its built-in InfiniBand verbs
 transport (``src/transport/net_ib.cc``, also RoCE), its socket transport
 (``src/transport/net_socket.cc``), or an external plugin loaded as ``libnccl-net.so``: AWS's
-aws-ofi-nccl over libfabric (EFA's SRD protocol), Google's GPUDirect-TCPX/TCPXO plugins. What a
+aws-ofi-nccl over libfabric (EFA's SRD protocol; HPE Slingshot's Cassini NIC through the ``cxi``
+provider), Google's GPUDirect-TCPX/TCPXO plugins. What a
 transport changes, and what this module records as data with a source for every number:
 
 payload fraction of the line rate
@@ -218,6 +219,112 @@ _add(NetTransport(
                                      "GCP 0x1ae0: 4 x 1); MAX_SOCKETS 64, MAX_THREADS 16; a "
                                      "request is split in tasks of at least MIN_CHUNKSIZE 64 KiB "
                                      "(l.115, 498)"}))
+
+# -- HPE Slingshot-11: aws-ofi-nccl over libfabric's ``cxi`` provider (Cassini NIC) ---------------
+# NCCL reaches Slingshot through the same aws-ofi-nccl plugin as EFA (HPE's application note
+# names it the required backend), over libfabric's ``cxi`` provider. The plugin has no platform
+# file for CXI, so it reports OFI_NCCL_NET_LATENCY's default to NCCL and runs its SENDRECV
+# protocol (tagged send/recv; RDMA is chosen only for several NICs per NCCL device). What one
+# NCCL message costs depends on the libfabric settings a site documents:
+#
+# * ``slingshot``: libfabric's default rendezvous threshold (16 KiB), which NERSC's and CSCS's
+#   NCCL settings keep: the small messages of latency-bound calls go eagerly, one send each;
+# * ``slingshot-rdzv``: HPE's NCCL environment (FI_CXI_RDZV_THRESHOLD=0, ..._GET_MIN=0,
+#   ..._EAGER_SIZE=0, FI_CXI_RDZV_PROTO=alt_read; CSCS lists it as the workaround for NCCL
+#   hangs): every non-empty message by rendezvous, a header and then an RDMA Get of the payload.
+_SHS_DOCS = "HewlettPackard/shs-docs @ef07c6cef0f065741e0ca35ac796a22eb8574578"
+_SHS_CCL = "HewlettPackard/shs-ccl-docs @438fcceae02ef00292a72d3ae47d4d090b0b9215"
+_CXI_DRIVER = "HewlettPackard/shs-cxi-driver @9ce667e4cfe8f3a6dc6d36a98bc2ad4c9e29c6ad"
+_LIBFABRIC = "ofiwg/libfabric @af8ddbe92f033b7deb9c4e4f47197d1fd4bcf150"
+_CSCS = "eth-cscs/cscs-docs @80abed138e7cc52ebf6703b82ed02520ab9bf92f"
+
+#: Payload of one Slingshot (Portals, "HPC Ethernet") packet and the largest header around it:
+#: "HPC MTU is fixed at 2k. The largest HPC header is 64 bytes." -> C_MAX_HPC_MTU = 2048 + 64
+#: (HewlettPackard/shs-cxi-driver drivers/net/ethernet/hpe/ss1/cass_core.h:69-70); ``cxi_stat``
+#: prints "Link MTU: 2112" (HewlettPackard/shs-docs fabric_validation/concepts.md).
+CXI_PACKET_PAYLOAD_BYTES = 2048
+CXI_MAX_HEADER_BYTES = 64
+
+#: Two-sided 8-byte message latency between two Cassini NICs, half the round trip, us: mean of
+#: ``cxi_send_lat`` (eager send, IDC, host memory) in HPE's example, 1.64 us (HewlettPackard/
+#: shs-docs troubleshoot/cxi/cxi_diags_latency.md, "cxi_send_lat").
+CXI_SEND_LATENCY_US = 1.64
+
+#: 64-byte RDMA read (Get) round trip, us: mean of ``cxi_read_lat`` in the same HPE page (2.70 us;
+#: client and server on one NIC there, so the two switch traversals of a real Get are missing:
+#: a lower bound).
+CXI_READ_LATENCY_US = 2.70
+
+#: libfabric's default rendezvous threshold of the cxi provider, bytes: sends up to it go
+#: eagerly (ofiwg/libfabric prov/cxi/include/cxip.h ``CXIP_RDZV_THRESHOLD 16384``; man/fi_cxi.7.md
+#: "FI_CXI_RDZV_THRESHOLD ... The default is 16384").
+CXI_RDZV_THRESHOLD_BYTES = 16384
+
+#: One rendezvous message: the header (a send) plus the receiver's Get round trip, us.
+CXI_RENDEZVOUS_MESSAGE_US = CXI_SEND_LATENCY_US + CXI_READ_LATENCY_US
+
+_CXI_SOURCES = {
+    "framing": f"{_CXI_DRIVER} drivers/net/ethernet/hpe/ss1/cass_core.h:69-70 'HPC MTU is fixed "
+               "at 2k. The largest HPC header is 64 bytes' (C_MAX_HPC_MTU = 2048 + 64); 'Link "
+               f"MTU: 2112' ({_SHS_DOCS} fabric_validation/concepts.md). Every packet is charged "
+               "the largest header and no bytes outside it (Slingshot's HPC Ethernet framing, "
+               "'ifg-hpc' in the driver's README.eth; assumption) -> 2048/2112 = 0.9697. "
+               "Cross-check, not fitted: osu_bw 4 MiB between two Perlmutter GPU nodes "
+               "24,256 MB/s = 0.970 of 25 GB/s (dingp/communication-libraries-image "
+               "benchmarks/reports/perlmutter-20260426T072155Z.md)",
+    "simple_extra_us": "none: aws-ofi-nccl's TUNER_NET_COMP_OVERHEAD (3 us) is stated for EFA "
+                       "only (include/nccl_ofi_param.h)",
+    "reported_latency_us": f"{_AWS_OFI} include/nccl_ofi_param.h:218-221 OFI_NCCL_NET_LATENCY "
+                           "default 0.0 ('unless the configured platform sets a specific "
+                           "value'); src/nccl_ofi_net.cpp:481 'props->latency = "
+                           "ofi_nccl_net_latency.get()'; only src/platform-aws.cpp sets one",
+    "flows_per_connection": f"{_AWS_OFI} src/nccl_ofi_net.cpp:244-330: SENDRECV (one libfabric "
+                            "endpoint per NIC) unless RDMA reports several NICs per device; "
+                            "'NET/OFI Using transport protocol SENDRECV' with 'Selected provider "
+                            "is cxi ... (found 4 nics)' on Perlmutter (dingp/communication-"
+                            "libraries-image benchmarks/reports/nccl-host-aws-ofi-1.19.0-"
+                            "libfabric-2.1.0-20260508.md)",
+    "connection_limits": f"{_LIBFABRIC} man/fi_cxi.7.md: FI_TAGGED rendezvous messages have "
+                         "32K-256 ID mappings (outstanding rendezvous sends); "
+                         f"FI_CXI_DEFAULT_TX_SIZE 2048 ({_SHS_CCL} ccl_env.sh) or 16384 "
+                         f"({_CSCS} docs/software/communication/nccl_env_vars): far above "
+                         "NCCL's 8 in-flight slices per connection, so no rate limit is charged",
+    "protocols": f"{_CSCS} docs/software/communication/nccl_env_vars 'export "
+                 "NCCL_PROTO=^LL128' ('Starting with nccl 2.27 ... LL128 ... typically performs "
+                 "worse on Slingshot'); HPE's ccl_env.sh leaves NCCL_PROTO unset",
+    "nccl_settings": f"{_SHS_CCL} nccl/nccl_tuning_guide.md: NCCL_CROSS_NIC=1, "
+                     "NCCL_NET_GDR_LEVEL=PHB ('Required to enable RDMA between GPUs'), "
+                     "NCCL_NET='AWS Libfabric'",
+    "tuner": f"none: {_AWS_OFI} tuners cover AWS platforms only (is_region_supported, "
+             "is_model_supported)",
+}
+
+
+def _slingshot(name: str, label: str, message_us: float, message_source: str) -> NetTransport:
+    return NetTransport(
+        name, label, ("ethernet",), CXI_PACKET_PAYLOAD_BYTES + CXI_MAX_HEADER_BYTES,
+        CXI_MAX_HEADER_BYTES, 0, message_latency_us=message_us, simple_extra_us=0.0,
+        reported_latency_us=0.0, flows_per_connection=1, protocols=("LL", "Simple"),
+        sources={**_CXI_SOURCES, "message_latency_us": message_source})
+
+
+_add(_slingshot(
+    "slingshot", "NET/AWS Libfabric (CXI, HPE Slingshot-11)", CXI_SEND_LATENCY_US,
+    f"{_SHS_DOCS} troubleshoot/cxi/cxi_diags_latency.md: cxi_send_lat 8 B mean 1.64 us (eager "
+    "send between two NICs); messages up to FI_CXI_RDZV_THRESHOLD (default 16384 B, "
+    f"{_LIBFABRIC} prov/cxi/include/cxip.h) go eagerly, as with NERSC's settings "
+    "(FI_CXI_RDZV_GET_MIN=0 only; docs.nersc.gov Perlmutter known issues, quoted in "
+    "PRONTOLab/GB-25 README) and CSCS's nccl_env_vars (no FI_CXI_RDZV_*). Below NCCL's "
+    "2.7 us: nothing is added"))
+_add(_slingshot(
+    "slingshot-rdzv", "NET/AWS Libfabric (CXI, HPE Slingshot-11, rendezvous)",
+    CXI_RENDEZVOUS_MESSAGE_US,
+    f"{_SHS_DOCS} troubleshoot/cxi/cxi_diags_latency.md: cxi_send_lat 8 B mean 1.64 us + "
+    "cxi_read_lat 64 B mean 2.70 us (loopback on one NIC: a lower bound) = 4.34 us, one "
+    f"rendezvous message (header + Get) under {_SHS_CCL} ccl_env.sh FI_CXI_RDZV_THRESHOLD=0, "
+    "FI_CXI_RDZV_GET_MIN=0, FI_CXI_RDZV_EAGER_SIZE=0, FI_CXI_RDZV_PROTO=alt_read; "
+    f"{_LIBFABRIC} man/fi_cxi.7.md (rendezvous: header, then RDMA Get of the payload)"))
+
 
 #: The topology's legacy ``transport`` values: ``rdma`` is NCCL's IB verbs transport on either
 #: fabric; ``tcp`` is NCCL's socket transport.
