@@ -203,3 +203,21 @@ def test_nvls_fill_checked_on_files_it_was_not_fitted_to():
         points = compare(frame, load_topology(preset, params))
         bands = summarise(points)["size_band"].set_index("size_band")
         assert bands.loc[">=1MiB", "mape_pct"] < limit, name
+
+
+def test_two_machine_tree_takes_large_messages_as_nccl_does():
+    """On two machines NCCL's tuner rates a tree by the intra-machine bandwidth its search
+    raised to up to twice the network's (tuning.cc ``nNodes <= 2 ? bwIntra``; search.cc), so a
+    1 GiB all-reduce on 2 x p4de runs on the tree: the measured busbw (76.8 GB/s) is beyond what
+    a ring over 4 x 100 Gb/s per machine can reach (about 50 GB/s). On four machines the ring
+    keeps it."""
+    frame = read_measurements(Path(__file__).parent / "data" / "measurements"
+                              / "nccl_awsome_p4de_2node_efa.csv")
+    measured = dict(zip(frame["size_bytes"], frame["time_us"]))
+    two = load_topology("aws-p4d", {"nodes": 2, "gpu": "a100-sxm4-80gb"})
+    run = run_collective(two, "allreduce", "auto", 1 << 30, library="nccl", engine="auto")
+    assert run.row["algorithm"].endswith("tree")
+    assert run.row["time_us"] == pytest.approx(measured[1 << 30], rel=0.15)
+    four = load_topology("aws-p4d", {"nodes": 4, "gpu": "a100-sxm4-80gb"})
+    plan = get_library("nccl").plan(four, "allreduce", "auto", 1 << 30, 32)
+    assert plan.label == "ring"

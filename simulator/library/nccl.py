@@ -245,7 +245,14 @@ class NcclLibrary:
                     continue
                 if enabled is not None and proto not in enabled:
                     continue      # the platform's documented NCCL_PROTO leaves it out
-                bus = wire
+                # NCCL's tuner takes the graph's intra-machine bandwidth on one or two
+                # machines (tuning.cc: ``bw = nNodes <= 2 ? bwIntra : bwInter``); a ring's
+                # search keeps bwIntra = bwInter, but a two-machine tree's raises bwIntra up to
+                # twice bwInter (search.cc, "increase bwIntra for trees (2 nodes or collnet)";
+                # v2.9.9 to 2.30.7), so large messages go to the tree there
+                algo_wire = (min(intra_bw, 2.0 * inter_bw) if algo == "tree" and nodes == 2
+                             else wire)
+                bus = algo_wire
                 if algo == "ring" and proto == "LL":
                     bus = min(ll_max, bus * v.ring_ll_factor)
                 if algo == "ring" and proto == "LL128":
@@ -299,7 +306,7 @@ class NcclLibrary:
                 algbw_eff *= self.scale["bandwidth"]
                 time_us = lat + size_bytes / (1000.0 * algbw_eff)
                 out.append(Candidate(algo, proto, channels, lat, bus, algbw_eff, time_us,
-                                     intra_lat, inter_lat, wire, steps_lat, nsteps))
+                                     intra_lat, inter_lat, algo_wire, steps_lat, nsteps))
         out.sort(key=lambda c: c.predicted_time_us)
         return out
 
