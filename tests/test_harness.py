@@ -7,14 +7,17 @@ from pathlib import Path
 import pytest
 
 from simulator.comparison.collective import compare
-from simulator.library.launch import (LAUNCH_COSTS, Launch, launch_from_harness,
-                                      launch_from_notes, loop_time_s, parse_launch)
+from simulator.library.launch import (GROUP_SKEW_FRACTION, LAUNCH_COSTS, Launch,
+                                      launch_from_harness, launch_from_notes, loop_time_s,
+                                      parse_launch)
 from simulator.measure.nccl_tests import parse_nccl_tests_log, read_nccl_tests
+from simulator.measure.schema import read_measurements
 from simulator.topology.presets import load_topology
 
 LOGS = Path(__file__).parent / "data" / "nccl_logs"
 MPI_HOST_US = (LAUNCH_COSTS["call_overhead_s"] + LAUNCH_COSTS["kernel_launch_s"]) * 1e6
 GROUP8_HOST_US = (LAUNCH_COSTS["call_overhead_s"] + 8 * LAUNCH_COSTS["kernel_launch_s"]) * 1e6
+GROUP8_SKEW_US = GROUP_SKEW_FRACTION * 7 * LAUNCH_COSTS["kernel_launch_s"] * 1e6
 
 
 @pytest.mark.parametrize("name, launch, processes", [
@@ -81,7 +84,25 @@ def test_the_launch_charged_follows_the_harness():
         dev = d.simulated_time_us          # 'none' with iters 20: d + 0/20 = d
         assert a.simulated_time_us == pytest.approx(max(dev, MPI_HOST_US)
                                                     + min(dev, MPI_HOST_US) / 20)
-        assert g.simulated_time_us == pytest.approx(max(dev, GROUP8_HOST_US)
-                                                    + min(dev, GROUP8_HOST_US) / 20)
+        skewed = dev + GROUP8_SKEW_US      # the one thread's launch offsets (launch.py)
+        assert g.simulated_time_us == pytest.approx(max(skewed, GROUP8_HOST_US)
+                                                    + min(skewed, GROUP8_HOST_US) / 20)
     small = auto["size_bytes"] <= 512
     assert (group["simulated_time_us"][small] > auto["simulated_time_us"][small] + 15).all()
+
+
+def test_one_thread_driving_eight_gpus_is_slower_than_one_process_each():
+    """The same 8 x A100 machine measured both ways (the file GROUP_SKEW_FRACTION is fitted on):
+    the -g 8 rows are slower than the mpirun rows from 64 B to 512 MiB, and so is the
+    simulation, by the launch offsets it charges; a -g 1 launch charges none."""
+    frame = read_measurements(Path(__file__).parent / "data" / "measurements"
+                              / "nccl_thanos_a100sxm80_1node.csv")
+    graph = load_topology("dgx-a100", {"gpu": "a100-sxm4-80gb"})
+    points = compare(frame, graph)
+    g8 = points[points["launch_mode"] == "group:8"].set_index("size_bytes")
+    mpi = points[points["launch_mode"] == "mpi"].set_index("size_bytes")
+    mid = [s for s in g8.index if 64 <= s <= 512 << 20]
+    assert (g8.loc[mid, "measured_time_us"] > mpi.loc[mid, "measured_time_us"]).all()
+    assert (g8.loc[mid, "simulated_time_us"] > mpi.loc[mid, "simulated_time_us"]).all()
+    assert Launch("mpi").skew_s() == 0.0 and Launch("group", 1).skew_s() == 0.0
+    assert Launch("group", 8).skew_s() == pytest.approx(GROUP_SKEW_FRACTION * 7 * 3.96e-6)

@@ -50,6 +50,7 @@ is the special case of one sync per step on every channel; the tuner still choos
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -379,6 +380,7 @@ class NcclLibrary:
         launch = parse_launch(launch if launch is not None else (self.launch or "mpi"),
                               gpus_per_node=int(facts.ranks_per_node))
         host = launch.host_time_s(self.costs)
+        skew = launch.skew_s(self.costs)
         cands = self.candidates(graph, collective, size_bytes, gpus, facts=facts)
         if algorithm == "auto" and collective == "alltoall":
             algorithm = "direct"   # NCCL's all-to-all is every pair's send/recv at once
@@ -390,8 +392,12 @@ class NcclLibrary:
             if not pool:
                 raise ConfigError(self._none_enabled(collective, wanted, protocol, facts))
             chosen = pool[0]
-            return self._nccl_plan(graph, collective, size_bytes, gpus, facts, chosen, host,
+            plan = self._nccl_plan(graph, collective, size_bytes, gpus, facts, chosen, host,
                                    launch)
+            if skew:
+                plan = dataclasses.replace(plan, fixed_time_s=plan.fixed_time_s + skew,
+                                           notes={**plan.notes, "launch_skew_us": skew * 1e6})
+            return plan
         # An algorithm NCCL does not have (parameter server, halving-doubling, ...): run it
         # over NCCL's transports with the Simple protocol's ring step costs.
         simple = [c for c in cands if c.algorithm == "ring" and c.protocol == "Simple"]
@@ -405,7 +411,8 @@ class NcclLibrary:
         new_graph = self._cost_graph(graph, facts, 1.0, base.intra_latency_us,
                                      base.inter_latency_us)
         return Plan(library=self.name, algorithm=algorithm, label=algorithm, protocol="Simple",
-                    channels=0, graph=new_graph, host_time_s=host, reduce_compute=False,
+                    channels=0, graph=new_graph, host_time_s=host, fixed_time_s=skew,
+                    reduce_compute=False,
                     notes={"launch": str(launch), "version": self.version.name})
 
     def unavailable(self, graph: nx.DiGraph, collective: str, algorithm: str, gpus: int, *,
