@@ -40,7 +40,7 @@ def test_framing_of_every_transport(network, transport, expected):
     ("ib", 0.0, 0.0, 0.0),
     ("roce", 0.0, 0.0, 0.0),
     ("socket", 0.0, 0.0, 0.0),
-    ("tcpxo", 0.0, 0.0, 0.0),
+    ("tcpxo", 43.0 - 2.7, 43.0 - 2.7, 0.0),       # fitted message latency, reported 0
     ("efa", 75.0 - 2.7, 75.0 - 2.7 + 3.0, 75.0),     # p4d: plugin latency 75 us, +3 us Simple
     ("efa2", 20.0 - 2.7, 20.0 - 2.7 + 3.0, 75.0),    # p5: net_lat 20 us, +3 us Simple
 ])
