@@ -305,3 +305,34 @@ def test_fp8_gemms_are_faster_on_h100_and_unfused_attention_on_v100():
                      "v100-sxm2-32gb")
     assert any(o.name.endswith("attn.softmax") for o in v100.chunks[(0, 0)].forward)
     assert any("unfused" in note for note in v100.notes)
+
+
+@pytest.mark.parametrize("model, layout", [
+    ("llama3-70b", Layout(tp=8, pp=4, global_batch=8, sequence_parallel=True, recompute="full")),
+    ("llama3-70b", Layout(tp=2, cp=2, global_batch=2, sequence_parallel=True,
+                          recompute="selective", precision="fp8")),
+    # MoE with a leading dense layer: two kinds of layers in one chunk
+    ("mixtral-8x7b", Layout(tp=2, ep=4, dp=4, pp=2, global_batch=16, sequence_parallel=True)),
+])
+def test_layer_copies_equal_layers_built_one_by_one(model, layout):
+    """step_work builds one layer of each kind and renames copies for the others: every op of
+    every layer is what building that layer alone gives (names included)."""
+    from simulator.workload.llm import costs
+    from simulator.workload.llm.memory import chunk_layers, uses_flash
+
+    cfg = get_llm_model(model)
+    if model == "mixtral-8x7b":
+        from dataclasses import replace as dc_replace
+        cfg = dc_replace(cfg, moe=dc_replace(cfg.moe, first_dense_layers=1, moe_layer_freq=2))
+    dev = get_device("h100-sxm5-80gb")
+    work = step_work(cfg, layout, dev)
+    fresh = costs._Ctx(cfg, layout, dev, None, uses_flash(layout, dev))
+    kinds = set()
+    for (s, v), chunk in work.chunks.items():
+        layers = chunk_layers(cfg, layout, s, v)
+        fwd = [op for i in layers for op in costs._layer_forward(fresh, i)]
+        bwd = [op for i in reversed(layers) for op in costs._layer_backward(fresh, i)]
+        assert [op for op in chunk.forward if op.name.startswith("l")] == fwd
+        assert [op for op in chunk.backward if op.name.startswith("l")] == bwd
+        kinds |= {cfg.is_moe_layer(i) for i in layers}
+    assert len(kinds) == (2 if model == "mixtral-8x7b" else 1)

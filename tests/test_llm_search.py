@@ -190,3 +190,50 @@ def test_shared_coster_gives_the_same_rows():
                         "default", 0.0)
         assert row["step_time_s"] == fresh["step_time_s"]
         assert row["exposed_dp_s"] == fresh["exposed_dp_s"]
+
+
+def test_workers_share_alone_times(monkeypatch):
+    """A worker hands back the alone-times it computed; another worker given them computes
+    none and gives the same row."""
+    from simulator.workload.llm import groups, search
+
+    lay = Layout(tp=2, pp=2, dp=2, global_batch=8, sequence_parallel=True,
+                 distributed_optimizer=True)
+    args = ("hgx-h100", (("nodes", "1"),), "gpt3-350m", search._layout_fields(lay), "default",
+            0.0)
+    monkeypatch.setattr(search, "_COSTERS", {})            # a fresh worker process
+    first = search._simulate(*args, known={})
+    times = first.pop(search._ALONE)
+    assert times and all(t > 0 for t in times.values())
+    monkeypatch.setattr(search, "_COSTERS", {})            # another fresh worker
+
+    def refuse(*_a, **_k):
+        raise AssertionError("an alone-time was computed again")
+
+    monkeypatch.setattr(groups, "run_collective", refuse)
+    second = search._simulate(*args, known=times)
+    assert second.pop(search._ALONE) == {}
+    assert second["step_time_s"] == first["step_time_s"]
+    assert second["exposed_dp_s"] == first["exposed_dp_s"]
+    # the search's rows never carry the hand-over
+    assert search._ALONE not in list(search.SEARCH_COLUMNS)
+
+
+def test_order_holds_a_family_back_until_its_first_layout_is_back():
+    from simulator.workload.llm.search import _Order
+
+    o = _Order([(1, "a"), (2, "a"), (3, "b"), (4, "a"), (5, "c")], family=lambda it: it[1])
+    assert o.next() == (1, "a")
+    assert o.next() == (3, "b")          # (2, "a") waits for (1, "a")
+    o.finished("b", ran=True)
+    assert o.next() == (5, "c")          # (4, "a") waits too
+    o.finished("a", ran=True)            # (1, "a") is back: its alone-times go along
+    assert [o.next(), o.next(), o.next()] == [(2, "a"), (4, "a"), None]
+    # a family whose first call was skipped (pruned) is not held back for ever, and with
+    # nothing else left a waiting call runs anyway
+    o = _Order([(1, "a"), (2, "a"), (3, "a")], family=lambda it: it[1])
+    assert o.next() == (1, "a")
+    assert o.next() == (2, "a")          # nothing else: runs although (1, "a") still runs
+    o.finished("a", ran=False)
+    o.finished("a", ran=False)
+    assert o.next() == (3, "a") and o.next() is None

@@ -146,7 +146,9 @@ def test_representative_equals_full(pipeline, v, zero):
     work = make_work(2, v, 4, tp_comm=4 << 20, act=8 << 20)
     full = simulate_step(g, "toy", lay, work=work, representative=False)
     rep = simulate_step(g, "toy", lay, work=work, representative=True)
-    assert rep.simulated_ranks * 4 == full.simulated_ranks
+    # tp index 0 (a quarter), and two of its four replicas (two share a machine: they fold
+    # by pairs)
+    assert full.simulated_ranks == 32 and rep.simulated_ranks == 4
     for key in ("step_time_s", "compute_s", "exposed_tp_s", "exposed_pp_s", "exposed_dp_s",
                 "bubble_s"):
         assert rep.row[key] == pytest.approx(full.row[key], rel=REL, abs=1e-15), key
@@ -204,3 +206,94 @@ def test_cli_errors_are_one_line(capsys):
                "--global-batch", "100"])
     err = capsys.readouterr().err
     assert rc == 2 and "multiple" in err
+
+
+# -- folded data-parallel replicas -----------------------------------------------------------
+
+def _same_step(a, b):
+    """Two results of one step agree on everything a user reads."""
+    for key in ("step_time_s", "compute_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
+                "exposed_pp_s", "exposed_dp_s", "bubble_s", "optimizer_s",
+                "busiest_link_utilisation"):
+        assert a.row[key] == pytest.approx(b.row[key], rel=REL, abs=1e-15), key
+    assert a.row["busiest_link"] == b.row["busiest_link"]
+    ta, tb = a.traffic.set_index("group")["bytes"], b.traffic.set_index("group")["bytes"]
+    assert set(ta.index) == set(tb.index)
+    for k in ta.index:
+        assert ta[k] == pytest.approx(tb[k], rel=REL), k
+    ends = b.breakdown.set_index("rank")["end_s"]
+    for _, row in a.breakdown.iterrows():
+        assert row["end_s"] == pytest.approx(ends[row["rank"]], rel=REL)
+
+
+CP_RING = (Op("cp.ring", "cp", comm=Comm("cp", "allgather", 6 << 20)),)
+EP_A2A = (Op("ep.dispatch", "ep", comm=Comm("ep", "alltoall", 6 << 20)),)
+
+
+@pytest.mark.parametrize("layout, extra, simulated", [
+    # one GPU per replica, 8 replicas per machine: folded onto the 8 of machine 0
+    (Layout(dp=32, global_batch=32, bucket_bytes=40 << 20), (), 8),
+    # the data-parallel ring over dp x cp with ZeRO-3 gathers; replicas of 2 GPUs
+    (Layout(cp=2, dp=16, global_batch=16, zero_stage=3, bucket_bytes=40 << 20), CP_RING, 8),
+    # tp index 0 only, and its pipeline of 2 stages over interleaved chunks; a replica is
+    # one machine per stage
+    (Layout(tp=8, pp=2, dp=2, virtual_stages=2, pipeline="interleaved", global_batch=8,
+            distributed_optimizer=True, bucket_bytes=40 << 20), (), 2),
+    # expert groups of 4 over cp 1: 4 consecutive replicas are one unit
+    (Layout(ep=4, dp=32, global_batch=32, zero_stage=1, bucket_bytes=40 << 20), EP_A2A, 8),
+], ids=["dp-only", "cp-zero3", "tp-pp-interleaved", "ep-spans-replicas"])
+def test_folded_replicas_equal_every_replica(layout, extra, simulated):
+    g = load_topology("hgx-h100", {"nodes": "4"})
+    v = layout.virtual_stages
+    work = make_work(layout.pp, v, layout.global_batch // layout.dp, act=4 << 20,
+                     grad=90 << 20, param=90 << 20, tp_comm=2 << 20 if layout.tp > 1 else 0,
+                     extra=extra)
+    full = simulate_step(g, "toy", layout, work=work, representative=False)
+    folded = simulate_step(g, "toy", layout, work=work)
+    assert full.simulated_ranks == 32 and folded.simulated_ranks == simulated
+    assert any("folded onto" in n for n in folded.notes), folded.notes
+    _same_step(folded, full)
+
+
+def test_fold_refused_where_replicas_see_different_links():
+    # machine 1's NIC is half as fast: the replicas' paths differ, every replica runs
+    g = build("gpu_cluster", {"nodes": 4, "gpus_per_node": 1, "nics_per_node": 1})
+    for e in (("n1.nic0", "switch"), ("switch", "n1.nic0")):
+        g.edges[e]["bandwidth_bytes_per_s"] /= 2
+    lay = Layout(dp=4, global_batch=4, bucket_bytes=40 << 20)
+    work = make_work(1, 1, 1, grad=90 << 20)
+    r = simulate_step(g, "toy", lay, work=work)
+    assert r.simulated_ranks == 4
+    assert any("not the same in every replica" in n for n in r.notes), r.notes
+    # the same machines on a symmetric star fold onto one
+    sym = build("gpu_cluster", {"nodes": 4, "gpus_per_node": 1, "nics_per_node": 1})
+    assert simulate_step(sym, "toy", lay, work=work).simulated_ranks == 1
+
+
+@pytest.mark.parametrize("per_leaf, simulated", [(2, 2), (3, 4)])
+def test_fold_on_a_fat_tree_by_whole_leaves(per_leaf, simulated):
+    # 2 machines per leaf: replica 0 -> 1 stays in a leaf, 1 -> 2 crosses the spine, so the
+    # replicas fold by leaves (onto 2); leaves of 3 and 1 machines do not fold at all
+    g = build("gpu_cluster", {"nodes": 4, "gpus_per_node": 1, "nics_per_node": 1,
+                              "fabric": "fat_tree", "nics_per_leaf": per_leaf, "spines": 1,
+                              "uplink_bandwidth": "50 Gbps"})
+    lay = Layout(dp=4, global_batch=4, bucket_bytes=40 << 20)
+    work = make_work(1, 1, 1, grad=90 << 20)
+    full = simulate_step(g, "toy", lay, work=work, representative=False)
+    r = simulate_step(g, "toy", lay, work=work)
+    assert r.simulated_ranks == simulated
+    _same_step(r, full)
+
+
+def test_unchecked_path_reruns_every_replica(monkeypatch):
+    from simulator.workload.llm import groups
+
+    g = load_topology("hgx-h100", {"nodes": "2"})
+    lay = Layout(dp=16, global_batch=16, bucket_bytes=40 << 20)
+    work = make_work(1, 1, 1, grad=90 << 20)
+    full = simulate_step(g, "toy", lay, work=work, representative=False)
+    monkeypatch.setattr(groups.ReplicaFold, "check", lambda self, pairs: "")
+    r = simulate_step(g, "toy", lay, work=work)
+    assert r.simulated_ranks == 16
+    assert any("was not checked" in n for n in r.notes), r.notes
+    _same_step(r, full)

@@ -62,6 +62,7 @@ bf16, Megatron's default; :func:`.layout.main_grad_bytes`), ``param_bytes`` = it
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .compute import (Kernel, KernelTable, adam, attention, elementwise, gemm, kernel_time,
@@ -103,10 +104,16 @@ class _Ctx:
         self.Tsp = self.T // self.tp if self.sp else self.T  # tokens outside the TP region
         self.h = m.hidden
         self.precision = lay.precision
+        self._times: dict = {}      # every layer of a chunk asks for the same kernels
+        self.layer_ops: dict = {}   # (F/B, MoE layer) -> (layer, its ops): see _layer_ops
 
     # ---------------------------------------------------------------- op builders
     def time(self, kernel: Kernel) -> float:
-        return kernel_time(self.device, kernel, self.kernels)
+        key = (kernel, kernel.dims)             # dims are not part of a Kernel's equality
+        t = self._times.get(key)
+        if t is None:
+            t = self._times[key] = kernel_time(self.device, kernel, self.kernels)
+        return t
 
     def gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
              flops: float | None = None) -> Op:
@@ -404,6 +411,27 @@ def _head_backward(ctx: _Ctx) -> list[Op]:
 # The step
 # ------------------------------------------------------------------------------------------
 
+def _layer_ops(ctx: _Ctx, kind: str, i: int) -> list[Op]:
+    """Layer ``i``'s forward (``"F"``) or backward ops. Layers of one kind (dense or MoE) have
+    the same ops but for the ``l{i}.`` at the start of every name: the first one is built, the
+    others are copies renamed (what building them would give, for a fraction of the time)."""
+    build = _layer_forward if kind == "F" else _layer_backward
+    key = (kind, ctx.model.is_moe_layer(i))
+    found = ctx.layer_ops.get(key)
+    if found is None:
+        ops = build(ctx, i)
+        prefix = f"l{i}."
+        if not all(op.name.startswith(prefix) for op in ops):
+            return ops                               # a name without the prefix: no copies
+        found = ctx.layer_ops[key] = (i, ops)
+    i0, ops = found
+    if i == i0:
+        return list(ops)
+    cut = len(f"l{i0}")
+    head = f"l{i}"
+    return [dataclasses.replace(op, name=head + op.name[cut:]) for op in ops]
+
+
 def _chunk(ctx: _Ctx, stage: int, virtual: int) -> ChunkWork:
     lay = ctx.layout
     layers = chunk_layers(ctx.model, lay, stage, virtual)
@@ -411,13 +439,13 @@ def _chunk(ctx: _Ctx, stage: int, virtual: int) -> ChunkWork:
     last = stage == lay.pp - 1 and virtual == lay.virtual_stages - 1
     fwd: list[Op] = _embedding_forward(ctx) if first else []
     for i in layers:
-        fwd += _layer_forward(ctx, i)
+        fwd += _layer_ops(ctx, "F", i)
     bwd: list[Op] = []
     if last:
         fwd += _head_forward(ctx)
         bwd += _head_backward(ctx)
     for i in reversed(layers):
-        bwd += _layer_backward(ctx, i)
+        bwd += _layer_ops(ctx, "B", i)
     if first:
         bwd += _embedding_backward(ctx)
     dense, expert = chunk_params(ctx.model, lay, stage, virtual)

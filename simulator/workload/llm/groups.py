@@ -37,6 +37,21 @@ each other as max-min sharing says:
 What is approximated: the bundle ends when its slowest flow drains; a real ring would slow all
 its edges to the slowest one and give the others' bandwidth back to other traffic (second
 order). Sizes whose alone-time is zero (one rank) cost nothing.
+
+Folded replicas (:class:`ReplicaFold`). The data-parallel replicas of a layout do the same work
+at the same times; when shifting every rank by ``unit`` data-parallel indices maps every path the
+step uses onto a path of the same capacities and latency (a permutation ``sigma`` of the links
+under which no link stays put: machines on a star fabric, rail switches), the max-min fair
+rates are the same in every replica, and the step is exactly that of the first ``unit``
+replicas with each link standing for its ``dp / unit`` copies (its orbit under ``sigma``). Why
+exactly: the load a flow orbit puts on a link is one flow's rate per crossing of the link's
+orbit, in the full network as in the folded one, so the unique max-min allocation of the folded
+network, copied to every replica, is the full network's. A data-parallel bundle then keeps the
+flows leaving the simulated ranks (one per orbit of ring edges); the edge from the last
+simulated rank to the first rank of the next replica crosses that replica's links, which stand
+for their copies in the first. Whatever is not checked is not folded: a path whose image has
+another length, capacity or latency, a link shared by two replicas (a fabric core link, a NIC
+two replicas use), a path crossing two copies of one link.
 """
 
 from __future__ import annotations
@@ -50,7 +65,8 @@ from ...errors import ConfigError
 from ...library import resolve_library
 from ...topology import build, endpoints
 
-__all__ = ["GroupCoster", "Bundle", "per_rank_bytes", "COLLECTIVE_NAME"]
+__all__ = ["GroupCoster", "Bundle", "FlowLauncher", "ReplicaFold", "FoldMiss",
+           "per_rank_bytes", "COLLECTIVE_NAME"]
 
 #: work.py's collective names -> simulator.schedules' names.
 COLLECTIVE_NAME = {"allreduce": "allreduce", "reducescatter": "reduce_scatter",
@@ -134,6 +150,17 @@ class GroupCoster:
             found = self._views[shape] = (g, machines * per)
         return found
 
+    def known(self) -> dict:
+        """The alone-times computed so far, ``{(collective, shape, size): seconds}`` (a copy;
+        :meth:`learn` gives them to another coster of the same topology and library)."""
+        return dict(self._cache)
+
+    def learn(self, times: dict) -> None:
+        """Take alone-times another coster of the same topology and library computed (they
+        are deterministic: the same numbers this coster would compute)."""
+        for key, t in times.items():
+            self._cache.setdefault(key, t)
+
     def time_s(self, collective: str, nodes, size_bytes: int) -> float:
         """Alone-time of ``collective`` of ``size_bytes`` over the ranks on ``nodes``."""
         n = len(nodes)
@@ -167,8 +194,102 @@ class Bundle:
         self.kind = kind
 
 
+class FoldMiss(Exception):
+    """A folded step routed a pair its :class:`ReplicaFold` did not check (it reruns
+    unfolded)."""
+
+
+def _link_name(key) -> str:
+    """The name the link tables give a resource key (``u->v``), to pick an orbit's name."""
+    if isinstance(key, tuple) and len(key) == 2 and key[0] != "node":
+        return f"{key[0]}->{key[1]}"
+    return str(key)
+
+
+class ReplicaFold:
+    """Data-parallel replicas folded onto the first ``unit`` of them (module docstring).
+
+    :meth:`check` verifies, for each pair of ranks the folded step routes, that the pair's
+    ``copies = dp / unit`` images (every rank shifted by ``k x unit`` data-parallel indices)
+    route over paths of equal length, capacities and latency, and that the links at each
+    position form one cycle of ``copies`` distinct links under a single consistent, one-to-one
+    map ``sigma`` (image of a link under one shift). Each link then stands for its orbit,
+    named by its smallest member (the tables' tie-break by name sees the same link)."""
+
+    def __init__(self, router, placement, unit: int):
+        self.router, self.pl, self.unit = router, placement, unit
+        self.copies = placement.layout.dp // unit
+        self._sigma: dict = {}
+        self._inverse: dict = {}
+        self._canon: dict = {}
+        self._paths: dict = {}      # (src node, dst node) -> (canonical link keys, latency_s)
+
+    def check(self, pairs) -> str:
+        """``""`` when every (rank, rank) pair of ``pairs`` folds exactly, else why not."""
+        for a, b in pairs:
+            why = self._check(a, b)
+            if why:
+                return why
+        return ""
+
+    def _check(self, a: int, b: int) -> str:
+        node, pl = self.pl.node, self.pl
+        key = (node[a], node[b])
+        if key in self._paths:
+            return ""
+        paths = [self.router.path(node[pl.shifted(a, k * self.unit)],
+                                  node[pl.shifted(b, k * self.unit)])
+                 for k in range(self.copies)]
+        base = paths[0]
+        n = len(base.resources)
+        for p in paths[1:]:
+            if len(p.resources) != n or not math.isclose(p.latency_s, base.latency_s,
+                                                         rel_tol=1e-12, abs_tol=1e-18):
+                return (f"the path {key[0]} -> {key[1]} differs from its image in another "
+                        f"replica")
+        cap = self.router.capacity
+        for i in range(n):
+            chain = [p.resources[i] for p in paths]
+            if len(set(chain)) != self.copies:
+                return f"replicas share {_link_name(chain[0])}"
+            c0 = cap(chain[0])
+            for k, x in enumerate(chain):
+                y = chain[(k + 1) % self.copies]
+                if cap(x) != c0 or self._sigma.setdefault(x, y) != y or \
+                        self._inverse.setdefault(y, x) != x:
+                    return f"the links near {_link_name(x)} are not the same in every replica"
+        canon = tuple(self.canonical(r) for r in base.resources)
+        if len(set(canon)) != n:
+            return f"the path {key[0]} -> {key[1]} crosses two copies of one link"
+        self._paths[key] = (canon, base.latency_s)
+        return ""
+
+    def canonical(self, key):
+        """The link standing for ``key``'s orbit (its smallest member by name)."""
+        found = self._canon.get(key)
+        if found is None:
+            orbit, x = [key], self._sigma[key]
+            while x != key:
+                orbit.append(x)
+                x = self._sigma[x]
+            found = min(orbit, key=_link_name)
+            for x in orbit:
+                self._canon[x] = found
+        return found
+
+    def path(self, src: str, dst: str) -> tuple:
+        """``(canonical link keys, latency_s)`` of a checked pair of endpoints."""
+        found = self._paths.get((src, dst))
+        if found is None:
+            raise FoldMiss(f"the pair {src} -> {dst} was not checked")
+        return found
+
+
 class FlowLauncher:
-    """Starts bundles of capped flows on an :class:`~simulator.engine.runner.Engine`."""
+    """Starts bundles of capped flows on an :class:`~simulator.engine.runner.Engine`.
+
+    ``fold`` (a :class:`ReplicaFold`, set by the step when its replicas fold): every path's
+    links are replaced by the links standing for their orbits."""
 
     def __init__(self, engine):
         self.engine = engine
@@ -178,14 +299,19 @@ class FlowLauncher:
         self._caps = 0
         self.bytes_by_kind: dict[str, float] = {}
         self.flows = 0
+        self.fold: ReplicaFold | None = None
 
     def resources(self, src: str, dst: str):
         key = (src, dst)
         found = self._res.get(key)
         if found is None:
-            path = self.router.path(src, dst)
-            res = tuple(self.net.resource(k, self.router.capacity(k)) for k in path.resources)
-            found = self._res[key] = (res, path.latency_s)
+            if self.fold is not None:
+                keys, latency_s = self.fold.path(src, dst)
+            else:
+                path = self.router.path(src, dst)
+                keys, latency_s = path.resources, path.latency_s
+            res = tuple(self.net.resource(k, self.router.capacity(k)) for k in keys)
+            found = self._res[key] = (res, latency_s)
         return found
 
     def edges(self, collective: str, nodes, size_bytes: float):
@@ -199,12 +325,15 @@ class FlowLauncher:
         b = per_rank_bytes(collective, n, size_bytes)
         return [(nodes[i], nodes[(i + 1) % n], b) for i in range(n)]
 
-    def plan(self, collective: str, nodes, size_bytes: float, time_s: float):
+    def plan(self, collective: str, nodes, size_bytes: float, time_s: float, keep=None):
         """The flows ``(resources, bytes, cap)`` whose bundle alone takes exactly ``time_s``.
 
         Cached by the caller; flows whose links would be oversubscribed by the bundle alone at
-        rate ``b / T`` carry proportionally fewer bytes (see the module docstring)."""
+        rate ``b / T`` carry proportionally fewer bytes (see the module docstring). ``keep``
+        (a set of nodes; folded replicas): only the flows leaving those nodes."""
         edges = self.edges(collective, nodes, size_bytes)
+        if keep is not None:
+            edges = [e for e in edges if e[0] in keep]
         if not edges or time_s <= 0:
             return []
         load: dict[int, float] = {}

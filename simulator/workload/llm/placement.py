@@ -116,6 +116,22 @@ class Placement:
         """The machine (``node_index``) of each rank."""
         return [graph.nodes[self.node[r]].get("node_index", 0) for r in ranks]
 
+    # -- data-parallel replicas ---------------------------------------------------------------
+    @property
+    def replica_unit(self) -> int:
+        """The fewest consecutive data-parallel indices that hold whole expert groups: 1 when
+        ``ep`` divides ``cp`` (every expert group inside one replica), else
+        ``ep / gcd(ep, cp)`` (an expert group of 4 over cp 1 spans 4 replicas)."""
+        lay = self.layout
+        return lay.ep // math.gcd(lay.ep, lay.cp)
+
+    def shifted(self, r: int, dp_steps: int) -> int:
+        """Rank ``r`` moved ``dp_steps`` data-parallel indices on (cyclically): the same
+        tp, cp and pp indices in another replica."""
+        st, dp = self._stride, self.layout.dp
+        d = (r // st["dp"]) % dp
+        return r + (((d + dp_steps) % dp) - d) * st["dp"]
+
 
 def _check_degrees(layout: Layout) -> None:
     for name in ("tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch"):

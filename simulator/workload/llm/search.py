@@ -17,7 +17,7 @@ cluster sizes, ``gpus=[256, 512, 1024]``):
 Each candidate passes :func:`~.layout.check_layout` ("refused by rules") and
 :func:`~.memory.check_memory` ("refused by memory"), gets a lower bound from compute alone
 (:func:`compute_lower_bound`) and is simulated by :func:`~.step.simulate_step` in ascending order
-of its bound, on local worker processes or Dask (:func:`simulator.sweep.run_calls`). A candidate
+of its bound, on local worker processes or Dask (:func:`simulator.parallel.run_calls`). A candidate
 whose bound exceeds the K-th best step time simulated so far for its GPU count is pruned: its
 step cannot be faster, so the top K per GPU count are exact.
 
@@ -38,6 +38,15 @@ the optimizer only add to it. ``tests/test_llm_search.py`` checks it against
 Results: one row per simulated layout (the step's row plus the layout's settings, ``bound_s``
 and ``label``), written to ``DIR/search.csv`` as each finishes; ``resume=True`` keeps the rows
 already there and simulates only the rest (they count in the pruning too).
+
+Cost: a 1,024-GPU step simulates one data-parallel replica where the fabric is symmetric
+(:mod:`.step`), so what remains dear is the alone-time of a large group's collective (tens of
+seconds for a 1,024-rank reduce-scatter, :class:`~.groups.GroupCoster`). Each is computed once
+per search: a worker keeps its own for its life and hands the new ones back with its row; the
+search forwards all it has with every call, and holds a layout back while another of its family
+(same GPUs, tp, cp, ep, pp and virtual stages: the same groups, mostly the same sizes) is still
+running, so that two workers do not time the same collective at once. The alone-times are
+deterministic, so none of this changes a row.
 """
 
 from __future__ import annotations
@@ -301,16 +310,28 @@ class _SharedCoster:
         self.original = original
 
     def __call__(self, graph, library="default"):
-        key = (id(graph), str(library))
-        found = _COSTERS.get(key)
-        if found is None or found[0] is not graph:
-            found = _COSTERS[key] = (graph, self.original(graph, library))
-        return found[1]
+        return _shared_coster(graph, library, self.original)
+
+
+def _shared_coster(graph, library, make):
+    key = (id(graph), str(library))
+    found = _COSTERS.get(key)
+    if found is None or found[0] is not graph:
+        found = _COSTERS[key] = (graph, make(graph, library))
+    return found[1]
+
+
+#: The row key under which a worker hands back the alone-times it computed (see _simulate).
+_ALONE = "_alone_times"
 
 
 def _simulate(topology: str, params: tuple, model, fields: dict, library: str,
-              bound_s: float) -> dict:
-    """Worker entry (picklable): one layout's row, or a row saying why it could not run."""
+              bound_s: float, known: dict | None = None) -> dict:
+    """Worker entry (picklable): one layout's row, or a row saying why it could not run.
+
+    ``known``: alone-times other workers computed (the search forwards them, so that a
+    1,024-rank collective is timed once per search, not once per worker process); the row then
+    carries the ones this call computed under ``_ALONE``, which the search takes out."""
     from . import step as step_module
 
     layout = Layout(**fields)
@@ -319,14 +340,22 @@ def _simulate(topology: str, params: tuple, model, fields: dict, library: str,
             **fields, "optimizer": _optimizer_name(layout), "label": layout_label(layout),
             "bound_s": bound_s, "refused": "", "topology": graph.graph.get("name", "")}
     original = step_module.GroupCoster
+    coster = _shared_coster(graph, library, original)
+    before = None
+    if known is not None:
+        coster.learn(known)
+        before = set(coster.known())
     step_module.GroupCoster = _SharedCoster(original)
     try:
         result = step_module.simulate_step(graph, model, layout, library=library)
+        row = {**result.row, **base}
     except ClusterSimError as exc:
-        return {**base, "step_time_s": math.nan, "refused": str(exc).splitlines()[0]}
+        row = {**base, "step_time_s": math.nan, "refused": str(exc).splitlines()[0]}
     finally:
         step_module.GroupCoster = original
-    return {**result.row, **base}
+    if before is not None:
+        row[_ALONE] = {k: t for k, t in coster.known().items() if k not in before}
+    return row
 
 
 # ------------------------------------------------------------------------------------------
@@ -443,7 +472,7 @@ def search_layouts(model, topology: str, params: dict | None = None, *, global_b
     counted as ``unresolved``; the top K is still exact when every unresolved layout's bound
     exceeds the K-th best, which ``counts["exact"]`` says). See the module docstring."""
     from ...report.output import write_csv
-    from ...sweep import _progress_bar, run_calls
+    from ...parallel import progress_bar as _progress_bar, run_calls
     from .compute import resolve_device
     from .registry import get_llm_model
     from .step import _gpu_device
@@ -520,22 +549,36 @@ def search_layouts(model, topology: str, params: dict | None = None, *, global_b
         if prune and bound > kth(g):
             counts["pruned"] += 1
             bar.update(1)
+            order.finished(_family(g, call[3]), ran=False)
             return True
         if deadline is not None and time.monotonic() > deadline:
             counts["unresolved"] += 1
             unresolved.append((g, bound))
+            order.finished(_family(g, call[3]), ran=False)
             return True
         return False
 
+    alone: dict = {}                   # per GPU count: alone-times the workers computed
+    order = _Order(todo, lambda item: _family(item[1], _layout_fields(item[3])))
+
     def calls():
-        for bound, g, p, layout in todo:
-            yield (topology, p, model, _layout_fields(layout), library, bound, g)
+        while True:
+            item = order.next()
+            if item is None:
+                return
+            bound, g, p, layout = item
+            yield (topology, p, model, _layout_fields(layout), library, bound, g,
+                   dict(alone.get(g, {})))
 
     def flush():
         if out_path is not None:
             write_csv(out_path, _frame(rows))
 
     def collect(row):
+        new = row.pop(_ALONE, None)
+        if new:
+            alone.setdefault(int(row["gpus"]), {}).update(new)
+        order.finished(_family(row["gpus"], row), ran=True)
         rows.append(row)
         if row.get("refused"):
             counts["failed"] += 1
@@ -580,8 +623,56 @@ def search_layouts(model, topology: str, params: dict | None = None, *, global_b
                         wall_s=time.perf_counter() - wall, files=files)
 
 
-def _run_call(topology, params, model, fields, library, bound, _gpus):
-    return _simulate(topology, params, model, fields, library, bound)
+def _family(gpus, fields) -> tuple:
+    """Layouts of one family have the same groups and mostly the same collective sizes (they
+    differ in micro-batch, recomputation and optimizer sharding)."""
+    return (int(gpus), *(int(fields[k]) for k in ("tp", "cp", "ep", "pp", "virtual_stages")))
+
+
+class _Order:
+    """The calls in bound order, except that one whose family's first layout is still running
+    waits, behind later calls, until that one is back: the alone-times it computed (a 1,024-rank
+    reduce-scatter costs tens of seconds) are then forwarded to it instead of computed again in
+    another worker. With nothing else left, a waiting call runs anyway."""
+
+    def __init__(self, items, family):
+        self.pending = list(reversed(items))
+        self.family = family
+        self.waiting: list = []
+        self.running: dict = {}
+        self.done: set = set()
+
+    def _blocked(self, item) -> bool:
+        f = self.family(item)
+        return f not in self.done and self.running.get(f, 0) > 0
+
+    def _start(self, item):
+        f = self.family(item)
+        self.running[f] = self.running.get(f, 0) + 1
+        return item
+
+    def next(self):
+        """The next call to submit, or None when none is left."""
+        for i, item in enumerate(self.waiting):
+            if not self._blocked(item):
+                return self._start(self.waiting.pop(i))
+        while self.pending:
+            item = self.pending.pop()
+            if self._blocked(item):
+                self.waiting.append(item)
+                continue
+            return self._start(item)
+        return self._start(self.waiting.pop(0)) if self.waiting else None
+
+    def finished(self, family, ran: bool) -> None:
+        """A call of ``family`` came back (``ran``) or was skipped."""
+        self.running[family] = self.running.get(family, 1) - 1
+        if ran:
+            self.done.add(family)
+
+
+def _run_call(topology, params, model, fields, library, bound, _gpus, known=None):
+    return _simulate(topology, params, model, fields, library, bound, known)
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:

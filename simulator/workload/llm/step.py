@@ -42,6 +42,13 @@ times; where the network resources used by tp index ``t``'s other traffic are di
 those of every other index (a rail-wise machine: GPU ``j`` uses NIC ``j``), simulating the
 ranks of tp index 0 alone gives every rank's times. ``representative="auto"`` checks that
 disjointness and uses it; the test suite proves the result equal to simulating every rank.
+The data-parallel replicas are symmetric too: where every path the step uses looks the same
+from each replica (:class:`~.groups.ReplicaFold` checks it path by path; machines on a star
+fabric, whole leaves of a fat tree), only the first replicas are simulated and each link they
+use stands for its copies in the others; a data-parallel collective keeps the flows leaving the
+simulated ranks. The rows are those of simulating every replica (``tests/test_llm_step.py``),
+the cost is that of one replica: a 1,024-GPU step with 256 replicas of 4 GPUs simulates 4
+ranks.
 
 Approximations, said where they matter: a bundle ends with its slowest flow (a real ring would
 slow all its edges and release bandwidth); overlapped TP communication in duration mode is
@@ -63,7 +70,7 @@ from ...records import describe_resource
 from ...errors import ConfigError, SimulationError
 from ...topology import endpoints
 from ...topology.devices import get_device
-from .groups import Bundle, FlowLauncher, GroupCoster
+from .groups import Bundle, FlowLauncher, FoldMiss, GroupCoster, ReplicaFold
 from .layout import Layout, bucket_bytes_of
 from .placement import Placement, place
 from .schedule import stage_orders
@@ -148,9 +155,12 @@ class _Step:
     """The state of one simulated step (callbacks on one engine; no SimPy processes)."""
 
     def __init__(self, graph, layout: Layout, work: StepWork, pl: Placement, library,
-                 tp_mode: str, representative: bool, record_trace: bool):
+                 tp_mode: str, representative: bool, record_trace: bool, engine=None,
+                 fold: bool = False):
         self.graph, self.layout, self.work, self.pl = graph, layout, work, pl
-        self.engine = Engine(graph)
+        # ``engine``: a shared one (several jobs on one fabric, :mod:`..jobs`), started with
+        # :meth:`start` and run by its owner; None: a fresh one, :meth:`run` runs it
+        self.engine = Engine(graph) if engine is None else engine
         self.env = self.engine.env
         self.coster = GroupCoster(graph, library)
         self.flows = FlowLauncher(self.engine)
@@ -170,6 +180,7 @@ class _Step:
         self.group_cache: dict = {}
         self._plans: dict = {}
         self._segments: dict = {}
+        self._tp_shapes: dict = {}
         # per rank
         self.acc = {r: dict.fromkeys(_PARTS, 0.0) for r in self.ranks}
         self.end = {}
@@ -183,6 +194,11 @@ class _Step:
         self.sharded = lay.zero_stage >= 1 or lay.distributed_optimizer or lay.fsdp
         self._buckets = {}
         self.dp_streams: dict = {}  # (group, stream) -> {"busy": bool, "queue": []}
+        # folded data-parallel replicas (groups.ReplicaFold): each simulated rank stands for
+        # ``copies`` ranks, its own and its images in the replicas not simulated
+        self.fold, self.copies, self.keep, self.fold_note = None, 1, None, ""
+        if fold:
+            self.fold_replicas()
 
     # -- groups -------------------------------------------------------------------------------
     def group(self, kind: str, r: int) -> tuple:
@@ -210,8 +226,69 @@ class _Step:
         found = self._plans.get(key)
         if found is None:
             t = self.alone_s(collective, g, size)
-            found = self._plans[key] = self.flows.plan(collective, self.nodes_of(g), size, t)
+            found = self._plans[key] = self.flows.plan(collective, self.nodes_of(g), size, t,
+                                                       keep=self.keep)
         return found
+
+    # -- folded replicas ----------------------------------------------------------------------
+    def fold_replicas(self) -> None:
+        """Simulate only the first ``unit`` data-parallel replicas where that is exact
+        (:class:`~.groups.ReplicaFold`; the module docstring says why). ``unit`` is the
+        smallest multiple of the placement's :attr:`~.placement.Placement.replica_unit` that
+        checks (two replicas sharing a machine fold by pairs: their data-parallel ring goes
+        through NVLink, then a NIC)."""
+        base, dp = self.pl.replica_unit, self.layout.dp
+        why = ""
+        for m in range(1, 17):
+            unit = base * m
+            if dp % unit or dp // unit < 2:
+                continue
+            why = self._fold_by(unit)
+            if not why:
+                return
+        self.fold_note = f"{why}: every replica simulated" if why else ""
+
+    def _fold_by(self, unit: int) -> str:
+        """Fold onto the first ``unit`` replicas if every path checks; else why not."""
+        pl = self.pl
+        kept = [r for r in self.ranks if self.coord[r]["dp"] < unit]
+        inside = set(kept)
+        kinds = {(op.comm.group, op.comm.collective)
+                 for chunk in self.work.chunks.values() for op in chunk.forward + chunk.backward
+                 if op.comm is not None and op.comm.group != "pp"
+                 and not self.duration_group(op.comm.group)}
+        pairs = []
+        for r in kept:
+            for kind, coll in kinds:
+                g = self.group(kind, r)
+                if len(g) <= 1:
+                    continue
+                if any(m not in inside for m in g):
+                    return f"a {kind} group spans replicas"
+                i = g.index(r)
+                pairs += [(r, m) for m in g if m != r] if coll == "alltoall" else \
+                    [(r, g[(i + 1) % len(g)])]
+            g = self.dp_group(r)
+            if len(g) > 1:
+                pairs.append((r, g[(g.index(r) + 1) % len(g)]))
+            if self.P > 1:
+                co = self.coord[r]
+                for s in ((co["pp"] + 1) % self.P, (co["pp"] - 1) % self.P):
+                    pairs.append((r, pl.rank(tp=co["tp"], cp=co["cp"], dp=co["dp"], pp=s)))
+        fold = ReplicaFold(self.engine.router, pl, unit)
+        why = fold.check(pairs)
+        if why:
+            return why
+        self.fold, self.copies = fold, fold.copies
+        self.flows.fold = fold
+        self.ranks = kept
+        self.simulated = inside
+        self.keep = {self.node[r] for r in kept}
+        self.acc = {r: self.acc[r] for r in kept}
+        self.coord = {r: self.coord[r] for r in kept}
+        self.fold_note = (f"{self.layout.dp} data-parallel replicas folded onto {unit} (every "
+                          f"path the same in each; {fold.copies} copies per simulated rank)")
+        return ""
 
     def duration_group(self, kind: str) -> bool:
         return kind == "tp" and self.tp_mode == "duration"
@@ -221,7 +298,10 @@ class _Step:
         """The op list of chunk (stage, v) as timed segments for rank r:
         ``("c", seconds, {part: seconds}, label)`` or ``("x", Comm, label)``."""
         tpg = self.group("tp", r)
-        shape = self.coster.shape(self.nodes_of(tpg)) if len(tpg) > 1 else None
+        shape = self._tp_shapes.get(tpg)
+        if shape is None:
+            shape = self._tp_shapes[tpg] = \
+                self.coster.shape(self.nodes_of(tpg)) if len(tpg) > 1 else ()
         key = (stage, v, kind, shape)
         found = self._segments.get(key)
         if found is not None:
@@ -257,6 +337,16 @@ class _Step:
 
     # -- running ------------------------------------------------------------------------------
     def run(self) -> None:
+        self.start()
+        with paused_gc():
+            self.engine.run()
+        missing = [r for r in self.ranks if r not in self.end]
+        if missing:
+            raise SimulationError(f"the step made no progress: ranks {missing[:10]} never "
+                                  f"finished (t={self.env.now:.9g} s)")
+
+    def start(self) -> None:
+        """Issue every rank's first op now; the step runs when the engine does."""
         self.rs = {}
         for r in self.ranks:
             st = self.coord[r]["pp"]
@@ -267,12 +357,6 @@ class _Step:
                 self.issue_gather(r, 0)
         for r in self.ranks:
             self.next_op(r)
-        with paused_gc():
-            self.engine.run()
-        missing = [r for r in self.ranks if r not in self.end]
-        if missing:
-            raise SimulationError(f"the step made no progress: ranks {missing[:10]} never "
-                                  f"finished (t={self.env.now:.9g} s)")
 
     def record(self, r: int, stream: str, name: str, start: float, end: float) -> None:
         if self.trace_events is not None and end > start:
@@ -510,7 +594,7 @@ class _Step:
         inst = (stream, g[0], ident)
         arrived = self.arrivals.setdefault(inst, [])
         arrived.append((r, self.env.now))
-        if len(arrived) < len(g):
+        if len(arrived) * self.copies < len(g):     # folded: the simulated members only
             return
         del self.arrivals[inst]
         st = self.dp_streams.setdefault((g[0], stream), {"busy": False, "queue": []})
@@ -706,10 +790,12 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
     :func:`simulator.workload.llm.costs.step_work`. ``tp_mode``: ``"duration"`` (TP groups
     inside one machine timed as their alone-time), ``"flows"``, or ``"auto"`` (duration where
     every TP group is inside one machine). ``representative``: ``"auto"`` (tp index 0 only
-    where :func:`representative_ok`), True (the same, but refuse when not exact) or False.
-    ``seed`` is accepted for interface symmetry: the step is deterministic. ``check_fit``:
-    refuse, in one line, a layout whose memory per GPU exceeds the device's
-    (:func:`~.memory.check_memory`; the row's ``memory_gib`` is the largest stage's need).
+    where :func:`representative_ok`), True (the same, but refuse when not exact) or False
+    (every rank); with "auto" and True the data-parallel replicas are also folded where every
+    path checks (the notes say whether). ``seed`` is accepted for interface symmetry: the step
+    is deterministic. ``check_fit``: refuse, in one line, a layout whose memory per GPU exceeds
+    the device's (:func:`~.memory.check_memory`; the row's ``memory_gib`` is the largest
+    stage's need).
     """
     wall = time.perf_counter()
     pl = place(graph, layout)
@@ -740,9 +826,18 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
         if representative is True and not rep:
             raise ConfigError(f"representative ranks are not exact here: {why}")
         notes.append(why)
-    step = _Step(graph, layout, work, pl, library, tp_mode, rep, record_trace)
+    step = _Step(graph, layout, work, pl, library, tp_mode, rep, record_trace,
+                 fold=bool(representative))
     step.coster = coster
-    step.run()
+    try:
+        step.run()
+    except FoldMiss as exc:         # a path the fold did not check: run every replica
+        step = _Step(graph, layout, work, pl, library, tp_mode, rep, record_trace)
+        step.coster = coster
+        step.fold_note = f"{exc}: every replica simulated"
+        step.run()
+    if step.fold_note:
+        notes.append(step.fold_note)
     t = max(step.end.values())
     rows = []
     for r in step.ranks:
@@ -759,7 +854,7 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
     mflops = float(work.model_flops_per_step)
     hflops = float(work.hardware_flops_per_step)
     traffic_bytes = dict(step.flows.bytes_by_kind)
-    scale = layout.tp if rep else 1
+    scale = (layout.tp if rep else 1) * step.copies
     traffic = pd.DataFrame([(k, v * scale) for k, v in sorted(traffic_bytes.items())],
                            columns=["group", "bytes"])
     row = {

@@ -1,4 +1,4 @@
-"""A sweep of hybrid-parallel layouts: the ``llm:`` scenario section.
+"""A sweep of hybrid-parallel layouts, or a layout search: the ``llm:`` scenario section.
 
 Every key of the section that takes a list sweeps (the cartesian product of the lists, in the
 order of :data:`SWEPT`); a scalar stands for a one-item list. Each point is one
@@ -6,6 +6,10 @@ order of :data:`SWEPT`); a scalar stands for a one-item list. Each point is one
 A point whose layout cannot run (what does not divide what, memory missing) is kept as a row
 with ``refused`` saying why, so a sweep shows where the feasible region ends instead of stopping
 at its edge.
+
+With a ``search:`` key the section is an :class:`LlmSearch` instead: the branch-and-bound
+search of :func:`~.search.search_layouts` (``clustersim llm --search``) chooses the layouts, and
+the table is its top K per GPU count, fastest first.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from ...errors import ClusterSimError, ConfigError
 from .layout import Layout
 
-__all__ = ["LLM_STUDY_COLUMNS", "LlmStudy", "SWEPT", "run_llm_point"]
+__all__ = ["LLM_STUDY_COLUMNS", "LlmSearch", "LlmStudy", "SWEPT", "run_llm_point"]
 
 #: Layout fields a scenario may sweep, in the order of the product.
 SWEPT = ("tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
@@ -89,3 +93,29 @@ def run_llm_point(graph, study: LlmStudy, point) -> dict:
     except ClusterSimError as exc:
         return {**base, "refused": str(exc)}
     return {**base, **result.row, "refused": ""}
+
+
+@dataclass(frozen=True)
+class LlmSearch:
+    """The ``llm:`` section with ``search:``: a model, one global batch, the search space and
+    how to search (see :func:`~.search.search_layouts`)."""
+
+    model: str
+    global_batch: int
+    space: object                            # a search.SearchSpace
+    cluster_gpus: tuple | None = None        # cluster sizes; None: the topology's GPUs
+    top: int = 10
+    prune: bool = True
+    time_limit_s: float | None = None
+    workers: int | None = None
+    library: str = "default"
+
+    def run(self, topology: str, params: dict):
+        """The :class:`~.search.SearchResult` on ``topology`` with ``params``."""
+        from .search import search_layouts
+
+        return search_layouts(self.model, topology, params, global_batch=self.global_batch,
+                              gpus=list(self.cluster_gpus) if self.cluster_gpus else None,
+                              space=self.space, top=self.top, workers=self.workers,
+                              progress=False, library=self.library, prune=self.prune,
+                              time_limit=self.time_limit_s)
