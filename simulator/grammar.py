@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, Field, PlainValidator,
-                      ValidationInfo, model_validator)
+                      ValidationError, ValidationInfo, model_validator)
 
-from .config import (Invalid, Section, described, listed, one_of, one_or_list, quantity,
-                     registered)
+from .config import (Invalid, Section, described, explain, listed, one_of, one_or_list,
+                     quantity, registered)
 from .errors import ClusterSimError, ConfigError
 from .topology.presets import TopologyFile
 
@@ -545,8 +545,53 @@ def _choices(name: str):
     return get
 
 
+def _positive_duration(value):
+    if value <= 0:
+        raise Invalid(f"must be > 0 seconds, got {value}")
+    return value
+
+
+def _search_optimizers():
+    from .workload.llm.search import OPTIMIZERS
+    return OPTIMIZERS
+
+
+class LlmSearchSection(Section):
+    """``llm: search:``: the branch-and-bound layout search (``clustersim llm --search``) in
+    place of a sweep; each list narrows a dimension of the search space."""
+
+    top: Count = Field(10, description="the K fastest layouts per GPU count, exact")
+    gpus: listed(Count) | None = Field(
+        None, description="cluster sizes to search (the topology rebuilt with nodes = GPUs / "
+                          "GPUs per machine); default: the topology's GPUs")
+    tp: listed(Count) | None = Field(None, description="default: powers of two up to the "
+                                                       "GPUs per machine")
+    cp: listed(Count) | None = Field(None, description="default: 1, 2, 4")
+    pp: listed(Count) | None = Field(None, description="default: 1 .. max_pp dividing the "
+                                                       "GPUs")
+    virtual_stages: listed(Count) | None = Field(None, description="default: 1, 2, 4")
+    micro_batch: listed(Count) | None = Field(None, description="default: 1, 2, 4")
+    optimizers: listed(one_of(_search_optimizers)) | None = Field(
+        None, description="default: none, distopt, zero3")
+    recompute: listed(one_of(_choices("RECOMPUTE"))) | None = Field(
+        None, description="default: none, selective, full")
+    max_pp: Count = 32
+    prune: bool = Field(True, description="false: simulate every layout that fits")
+    time_limit: Annotated[Duration, AfterValidator(_positive_duration)] | None = Field(
+        None, description="start no layout after this long (e.g. 10 min)")
+    workers: Count | None = Field(None, description="local processes (default: one per CPU)")
+
+
+#: ``llm:`` keys that a search chooses itself (everything but the model, the global batch
+#: and the precision).
+_SEARCHED = ("device", "tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch",
+             "pipeline", "sequence_parallel", "zero_stage", "recompute", "bucket",
+             "distributed_optimizer", "fsdp", "tp_overlap", "order")
+
+
 class LlmSection(Section):
-    """A hybrid-parallel training step of a transformer: every list sweeps."""
+    """A hybrid-parallel training step of a transformer: every list sweeps (or, with
+    ``search``, the layout search chooses the layouts)."""
 
     model: one_of(_llm_models)
     device: Device | None = Field(None, description="default: the topology's GPU")
@@ -571,6 +616,25 @@ class LlmSection(Section):
     fsdp: bool = False
     tp_overlap: bool = False
     order: str = Field("tp-cp-ep-dp-pp", description="rank order, fastest-varying first")
+    search: LlmSearchSection | None = Field(
+        None, description="search the fastest layouts instead of sweeping the lists")
+
+    @model_validator(mode="after")
+    def _search_alone(self):
+        if self.search is None:
+            return self
+        for key in _SEARCHED:
+            if self.given(key):
+                why = ("the search uses the topology's GPU (set topology.params.gpu)"
+                       if key == "device" else
+                       "the search chooses it (narrow the search space under search: tp, "
+                       "cp, pp, virtual_stages, micro_batch, optimizers, recompute)")
+                raise Invalid(f"not used with search: {why}", key)
+        for key in ("global_batch", "precision"):
+            values = getattr(self, key)
+            if len(values) != 1:
+                raise Invalid(f"one value with search, got {len(values)} ({values})", key)
+        return self
 
 
 def _ranks(value):
@@ -584,16 +648,21 @@ def _ranks(value):
     return value
 
 
+Ranks = Annotated[Any, PlainValidator(_ranks, json_schema_input_type=Union[str, int,
+                                                                           list[int]])]
+
+
 class JobSection(Section):
-    """One collective loop of a ``jobs:`` scenario, on its own ranks."""
+    """A collective loop of a ``jobs:`` scenario (``kind: collective``, the default), on its
+    own ranks."""
 
     name: str
+    kind: Literal["collective"] = "collective"
     collective: one_of(_collectives) = "allreduce"
     algorithm: Annotated[str, PlainValidator(_algorithm_name, json_schema_input_type=str)] = \
         "ring"
     size: Annotated[Size, AfterValidator(_positive_size)]
-    ranks: Annotated[Any, PlainValidator(_ranks, json_schema_input_type=Union[str, int,
-                                                                               list[int]])]
+    ranks: Ranks
     iterations: Count = 1
 
     @model_validator(mode="after")
@@ -608,6 +677,115 @@ class JobSection(Section):
             raise Invalid(f"{self.algorithm} does not implement {self.collective}; it "
                           f"implements {', '.join(algo.collectives)}", "algorithm")
         return self
+
+
+def _job_aggregation(value):
+    """A training job's all-reduce algorithm (parameter servers are not a job's)."""
+    if isinstance(value, str) and (value == "ps" or value.startswith("ps-")):
+        raise Invalid(f"a training job aggregates with an all-reduce algorithm (ring, "
+                      f"halving_doubling, double_binary_tree, ...), not {value!r}: parameter "
+                      f"servers are not simulated beside other jobs")
+    return _algorithm_implements("allreduce")(value)
+
+
+class TrainingJobSection(Section):
+    """``kind: training``: data-parallel training iterations of a model, as ``clustersim
+    train`` simulates them, on bare wires."""
+
+    name: str
+    kind: Literal["training"]
+    model: Model
+    ranks: Ranks
+    iterations: Count = 1
+    aggregation: Annotated[str, PlainValidator(_job_aggregation, json_schema_input_type=str)] \
+        = "ring"
+    batch_per_gpu: Count = 32
+    precision: Precision = "fp32"
+    device: Device | None = Field(None, description="default: the first rank's GPU")
+    bucket: Annotated[Size, AfterValidator(_positive_size)] = 25 * 2**20
+    overlap: bool = True
+    slices: Count = 1
+    framework: Annotated[str | None, PlainValidator(
+        registered(lambda v: _framework(v)), json_schema_input_type=str)] = Field(
+        None, description="bucket policy: ddp, horovod, per_layer, size:BYTES, ...")
+
+
+class LlmJobSection(Section):
+    """``kind: llm``: hybrid-parallel LLM training steps of one layout; rank r of the layout
+    on the job's r-th endpoint."""
+
+    name: str
+    kind: Literal["llm"]
+    model: one_of(_llm_models)
+    ranks: Ranks
+    iterations: Count = 1
+    device: Device | None = Field(None, description="default: the first rank's GPU")
+    tp: Count = 1
+    cp: Count = 1
+    ep: Count = 1
+    pp: Count = 1
+    dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
+    virtual_stages: Count = 1
+    micro_batch: Count = 1
+    global_batch: Count
+    pipeline: one_of(_choices("PIPELINE_KINDS")) | None = Field(
+        None, description="default: interleaved with virtual_stages > 1, else 1f1b")
+    sequence_parallel: bool = False
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = 0
+    recompute: one_of(_choices("RECOMPUTE")) = "none"
+    precision: one_of(_choices("PRECISIONS")) = "bf16"
+    bucket: Annotated[Size, AfterValidator(_positive_size)] | None = None
+    distributed_optimizer: bool = False
+    fsdp: bool = False
+    tp_overlap: bool = False
+    order: str = Field("tp-cp-ep-dp-pp", description="rank order, fastest-varying first")
+
+    def layout(self, gpus: int):
+        """The job's :class:`~simulator.workload.llm.layout.Layout` on ``gpus`` ranks."""
+        from .workload.llm.layout import Layout
+
+        others = self.tp * self.cp * self.pp
+        dp = self.dp
+        if dp is None:
+            if gpus % others:
+                raise ConfigError(f"{gpus} ranks are not a multiple of tp {self.tp} x cp "
+                                  f"{self.cp} x pp {self.pp} = {others}; set dp or the ranks")
+            dp = gpus // others
+        if others * dp != gpus:
+            raise ConfigError(f"tp {self.tp} x cp {self.cp} x pp {self.pp} x dp {dp} = "
+                              f"{others * dp} GPUs, the job has {gpus} ranks")
+        pipeline = self.pipeline or ("interleaved" if self.virtual_stages > 1 else "1f1b")
+        extra = {"bucket_bytes": int(self.bucket)} if self.bucket is not None else {}
+        return Layout(tp=self.tp, cp=self.cp, ep=self.ep, pp=self.pp, dp=dp,
+                      virtual_stages=self.virtual_stages, micro_batch=self.micro_batch,
+                      global_batch=self.global_batch, pipeline=pipeline,
+                      sequence_parallel=self.sequence_parallel, zero_stage=self.zero_stage,
+                      fsdp=self.fsdp, distributed_optimizer=self.distributed_optimizer,
+                      recompute=self.recompute, precision=self.precision,
+                      tp_overlap=self.tp_overlap, order=self.order, **extra)
+
+
+#: ``kind`` -> the section of that job kind.
+JOB_SECTIONS = {"collective": JobSection, "training": TrainingJobSection, "llm": LlmJobSection}
+
+
+def _job(value, info: ValidationInfo):
+    """One job: the section of its ``kind`` (collective when it names none)."""
+    if not isinstance(value, dict):
+        raise Invalid(f"expected a mapping with a name, a kind ({', '.join(JOB_SECTIONS)}) "
+                      f"and ranks, got {described(value)}")
+    kind = value.get("kind", "collective")
+    if kind not in JOB_SECTIONS:
+        raise Invalid(f"expected one of {', '.join(JOB_SECTIONS)}, got {kind!r}", "kind")
+    try:
+        return JOB_SECTIONS[kind].model_validate(value, context=info.context)
+    except ValidationError as exc:
+        path, message = explain(exc.errors(include_url=False)[0])
+        raise Invalid(message, *path) from None
+
+
+Job = Annotated[Any, PlainValidator(_job, json_schema_input_type=Union[
+    JobSection, TrainingJobSection, LlmJobSection])]
 
 
 def _optimizers():
@@ -681,8 +859,9 @@ class Scenario(Section):
     hybrid: HybridSection | None = None
     time_to_train: TimeToTrainSection | None = None
     llm: LlmSection | None = None
-    jobs: listed(JobSection) | None = Field(
-        None, description="collective loops run together on one fabric")
+    jobs: listed(Job) | None = Field(
+        None, description="collective loops, training and LLM jobs run together on one "
+                          "fabric")
     report: ReportSection = Field(default_factory=ReportSection)
 
     @property

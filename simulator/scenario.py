@@ -229,8 +229,23 @@ def _time_to_train(section: grammar.TimeToTrainSection):
 
 
 def _llm(section: grammar.LlmSection):
-    """The ``llm:`` section: a :class:`~simulator.workload.llm.study.LlmStudy`."""
-    from .workload.llm.study import SWEPT, LlmStudy
+    """The ``llm:`` section: a :class:`~simulator.workload.llm.study.LlmStudy`, or with
+    ``search:`` an :class:`~simulator.workload.llm.study.LlmSearch`."""
+    from .workload.llm.study import SWEPT, LlmSearch, LlmStudy
+
+    if section.search is not None:
+        from .workload.llm.search import SearchSpace
+
+        search = section.search
+        space = {key: tuple(getattr(search, key)) for key in
+                 ("tp", "cp", "pp", "virtual_stages", "micro_batch", "optimizers", "recompute")
+                 if getattr(search, key) is not None}
+        return LlmSearch(model=section.model, global_batch=section.global_batch[0],
+                         space=SearchSpace(**space, precision=section.precision[0],
+                                           max_pp=search.max_pp),
+                         cluster_gpus=tuple(search.gpus) if search.gpus else None,
+                         top=search.top, prune=search.prune, time_limit_s=search.time_limit,
+                         workers=search.workers)
 
     values = {key: tuple(getattr(section, "bucket" if key == "bucket_bytes" else key) or (None,))
               for key in SWEPT}
@@ -330,7 +345,7 @@ def result_columns(scenario: Scenario) -> list[str]:
     from .workload.training import TRAINING_COLUMNS
 
     if scenario.study is not None:
-        body = list(_study_columns(scenario.workload))
+        body = list(_study_columns(scenario.workload, scenario.study))
     elif scenario.training is not None:
         body = list(TRAINING_COLUMNS) + list(EXTRA_COLUMNS)
     else:
@@ -338,13 +353,19 @@ def result_columns(scenario: Scenario) -> list[str]:
     return ["scenario"] + body + ["seed", "clustersim_version"]
 
 
-def _study_columns(workload: str) -> tuple[str, ...]:
+def _study_columns(workload: str, study=None) -> tuple[str, ...]:
     from .workload.hybrid import HYBRID_STUDY_COLUMNS
     from .workload.pipeline import PIPELINE_COLUMNS
     from .workload.time_to_train import TIME_TO_TRAIN_COLUMNS
     from .workload.zero import ZERO_STUDY_COLUMNS
 
     if workload == "llm":
+        from .workload.llm.study import LlmSearch
+
+        if isinstance(study, LlmSearch):
+            from .workload.llm.search import SEARCH_COLUMNS
+
+            return tuple(SEARCH_COLUMNS)
         from .workload.llm.study import LLM_STUDY_COLUMNS
 
         return tuple(LLM_STUDY_COLUMNS)
@@ -411,9 +432,15 @@ def _run_time_to_train(scenario: Scenario, graph, progress) -> StudyResult:
 
 
 def _run_llm(scenario: Scenario, graph, progress) -> StudyResult:
-    from .workload.llm.study import run_llm_point
+    from .workload.llm.study import LlmSearch, run_llm_point
 
     study = scenario.study
+    if isinstance(study, LlmSearch):
+        result = study.run(scenario.topology, scenario.topology_params)
+        if progress:
+            for row in result.top.to_dict("records"):
+                progress(row)
+        return StudyResult(result.top, {"search": result})
     return StudyResult(pd.DataFrame(_each(study.points(), lambda p: run_llm_point(
         graph, study, p), progress)))
 
@@ -421,7 +448,7 @@ def _run_llm(scenario: Scenario, graph, progress) -> StudyResult:
 def _run_jobs(scenario: Scenario, graph, progress) -> StudyResult:
     from .errors import ClusterSimError
     from .topology import endpoints
-    from .workload.jobs import CollectiveJob, parse_ranks, run_jobs
+    from .workload.jobs import parse_ranks, run_jobs
 
     total = len(endpoints(graph))
     jobs = []
@@ -432,13 +459,46 @@ def _run_jobs(scenario: Scenario, graph, progress) -> StudyResult:
             ranks = parse_ranks(job.ranks, total, f"jobs.{i}.ranks")
         except ClusterSimError as exc:
             raise type(exc)(f"{where}: {exc}") from None
-        jobs.append(CollectiveJob(job.name, job.collective, job.algorithm, int(job.size),
-                                  ranks, job.iterations))
-    result = run_jobs(graph, jobs)
+        line = scenario.lines.get(("jobs", i)) or line
+        where = f"{scenario.origin}:{line}" if line else scenario.origin
+        try:
+            jobs.append(_job(job, ranks, graph))
+        except ClusterSimError as exc:
+            raise type(exc)(f"{where}: jobs.{i}: {exc}") from None
+    try:
+        result = run_jobs(graph, jobs)
+    except ClusterSimError as exc:
+        raise type(exc)(f"{scenario.origin}: {exc}") from None
     if progress:
         for row in result.jobs.to_dict("records"):
             progress(row)
     return StudyResult(result.jobs, {"shared_links": result.shared_links})
+
+
+def _job(section, ranks: tuple, graph):
+    """The :mod:`~simulator.workload.jobs` job of one validated ``jobs:`` item, checked against
+    the topology (a training job's model on its GPU, an LLM job's layout on its ranks)."""
+    from .workload.jobs import CollectiveJob, LlmJob, TrainingJob
+
+    if section.kind == "collective":
+        return CollectiveJob(section.name, section.collective, section.algorithm,
+                             int(section.size), ranks, section.iterations)
+    if section.kind == "training":
+        from .workload.frameworks import parse_framework
+
+        job = TrainingJob(section.name, section.model, ranks, aggregation=section.aggregation,
+                          batch_per_gpu=section.batch_per_gpu, precision=section.precision,
+                          device=section.device, bucket_bytes=int(section.bucket),
+                          overlap=section.overlap, slices=section.slices,
+                          framework=parse_framework(section.framework)
+                          if section.framework else None,
+                          iterations=section.iterations)
+        job.plan(graph)                # the model on the GPU and the buckets, before any run
+        return job
+    job = LlmJob(section.name, section.model, section.layout(len(ranks)), ranks,
+                 device=section.device, iterations=section.iterations)
+    job.prepare(graph)                 # the layout's rules and memory, before any run
+    return job
 
 
 def _each(points, simulate, progress) -> list[dict]:

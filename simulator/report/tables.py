@@ -117,8 +117,9 @@ def llm_table(frame: pd.DataFrame) -> str:
 
 def jobs_table(frame: pd.DataFrame) -> str:
     """Per job: its time alone and with the others, the slowdown, the links it shares."""
+    kind = frame["kind"] if "kind" in frame else pd.Series(["collective"] * len(frame))
     return pd.DataFrame({
-        "job": frame["job"], "collective": frame["collective"],
+        "job": frame["job"], "kind": kind, "collective": frame["collective"],
         "algorithm": frame["algorithm"], "ranks": frame["ranks"],
         "size_MB": _fmt(frame["size_bytes"], ".1f", 1e6), "iters": frame["iterations"],
         "alone_ms": _fmt(frame["alone_s"], ".3f", 1e-3),

@@ -362,6 +362,66 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     return TrainingResult(row=row, engine=engine, staleness=staleness, iterations=iterations)
 
 
+@dataclass(frozen=True)
+class IterationPlan:
+    """One synchronous data-parallel iteration with collective aggregation, built once and
+    started on any engine as often as wanted (:func:`start_iteration`): the workers (topology
+    nodes), the gradient buckets, the compute of one worker and every bucket's schedule."""
+
+    workers: tuple
+    buckets: tuple
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    codec: "_Codec"
+    schedules: tuple
+
+    @property
+    def gradient_bytes(self) -> int:
+        """Bytes of gradients aggregated per iteration (before compression)."""
+        return sum(b.size_bytes for b in self.buckets)
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+
+def plan_iteration(graph, profile, workers, gradient_bytes, *, aggregation: str,
+                   precision: str = "fp32", bucket_bytes: int = DDP_BUCKET_BYTES,
+                   overlap: bool = True, slices: int = 1, options: dict | None = None,
+                   compression: Compression | None = None, framework=None) -> IterationPlan:
+    """The iteration :func:`simulate_training` simulates for ``aggregation`` (an all-reduce
+    algorithm) on bare wires with the event engine, on the given ``workers`` instead of the
+    topology's first endpoints; see :func:`start_iteration`."""
+    if aggregation == "ps" or str(aggregation).startswith("ps-"):
+        raise ConfigError("a training iteration started on a shared engine aggregates with a "
+                          "collective algorithm (ring, halving_doubling, ...), not parameter "
+                          "servers")
+    workers = tuple(workers)
+    grad = [int(b) for b in gradient_bytes]
+    fwd = float(sum(l.forward_s for l in profile.layers))
+    bwd = [float(l.backward_s) for l in profile.layers]
+    buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
+                           negotiation_s(graph, list(workers), framework))
+    codec = _Codec(graph, compression or Compression(), precision)
+    n = len(workers)
+    schedules = tuple(_collective_schedule(graph, aggregation, n, codec, b.size_bytes, slices,
+                                           dict(options or {}))
+                      for b in buckets) if n > 1 else ()
+    return IterationPlan(workers, tuple(buckets), fwd, sum(bwd), float(profile.optimizer_s),
+                         codec, schedules)
+
+
+def start_iteration(engine, plan: IterationPlan, then=None) -> dict:
+    """Start one iteration of ``plan`` on ``engine`` now, beside whatever else runs there
+    (other jobs' traffic shares the links max-min fairly); ``then()`` is called when it ends.
+    Alone on a fresh engine it takes exactly :func:`simulate_training`'s ``iteration_s``.
+    Returns its state (``start``, ``end`` once ended, ``runs``: the buckets' schedule runs)."""
+    return _start_buckets(engine, list(plan.workers), list(plan.buckets), plan.forward_s,
+                          plan.backward_s, plan.optimizer_s, plan.codec, list(plan.schedules),
+                          then=then)
+
+
 def negotiation_s(graph, workers: list[str], framework) -> float:
     """One negotiation of a ``cycle`` framework: its hops, each the network latency from the
     coordinator (the first worker) to the farthest worker."""
@@ -428,7 +488,36 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
     schedules = None if fast else [
         _collective_schedule(graph, algorithm, n, codec, b.size_bytes, slices, options)
         for b in buckets]
-    state = {"busy": False, "queue": [], "ends": [], "busy_s": 0.0}
+    state = _start_buckets(engine, workers, buckets, fwd, bwd_total, optimizer_s, codec,
+                           schedules, fast, slowest)
+    engine.run()
+    comm_end = max(state["ends"])
+    wire = sum(f.bytes_sent for f in fast) if fast else 0.0
+    return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"], wire
+
+
+def _start_buckets(engine, workers, buckets, fwd, bwd_total, optimizer_s, codec, schedules,
+                   fast=None, slowest: float = 1.0, then=None) -> dict:
+    """Start one BSP iteration's bucket aggregation on ``engine`` now (``t0``): bucket ``k``
+    is (compressed and) queued at ``t0 + fwd + ready_s x slowest`` (``fwd``, ``bwd_total`` and
+    ``optimizer_s`` already scaled by ``slowest``), run on the communicator stream one after
+    another (``schedules[k]`` on the flow network, or ``fast[k]`` timed without events), then
+    decompressed. Nothing runs until the caller runs the engine.
+
+    Returns the iteration's state: ``start`` (``t0``), ``ends`` (when each bucket was
+    aggregated), ``busy_s`` (communicator busy time), ``runs`` (the launched schedules) and
+    ``end``, set at the iteration's end (``t0 + max(fwd + bwd_total, last bucket - t0) +
+    optimizer_s``); ``then()``, if given, is called at that time.
+    """
+    n = len(workers)
+    t0 = engine.env.now
+    state = {"busy": False, "queue": [], "ends": [], "busy_s": 0.0, "runs": [], "start": t0,
+             "end": None}
+
+    def iteration_done():
+        state["end"] = max(t0 + (fwd + bwd_total), engine.env.now) + optimizer_s
+        if then is not None:          # no event otherwise: the engine's clock stops at the
+            engine.call_at(state["end"], then)    # last bucket, as callers' link spans expect
 
     def on_all_workers(kernel, k, then):
         """Run bucket ``k``'s (de)compression kernel on every worker; ``then()`` after the last."""
@@ -454,25 +543,31 @@ def _run_collective(engine, workers, buckets, fwd, bwd_total, optimizer_s, algor
             engine.call_at(begin + fast[k].time_s, lambda begin=begin, k=k: finished(begin, k))
             return
         run = engine.launch(schedules[k], workers, label=f"bucket{k}")
+        state["runs"].append(run)
         run.done_event.callbacks.append(lambda _e, begin=begin, k=k: finished(begin, k))
+
+    def aggregated():
+        state["ends"].append(engine.env.now)
+        if len(state["ends"]) == len(buckets):
+            iteration_done()
 
     def finished(begin, k):
         state["busy"] = False
         state["busy_s"] += engine.env.now - begin
-        on_all_workers(codec.decompress, k, lambda: state["ends"].append(engine.env.now))
+        on_all_workers(codec.decompress, k, aggregated)
         start_next()
 
     def ready(k):
         state["queue"].append(k)
         start_next()
 
+    if n == 1 or not buckets:
+        iteration_done()
+        return state
     for k, b in enumerate(buckets):
-        engine.call_at(fwd + b.ready_s * slowest,
+        engine.call_at(t0 + (fwd + b.ready_s * slowest),
                        lambda k=k: on_all_workers(codec.compress, k, lambda k=k: ready(k)))
-    engine.run()
-    comm_end = max(state["ends"])
-    wire = sum(f.bytes_sent for f in fast) if fast else 0.0
-    return max(fwd + bwd_total, comm_end) + optimizer_s, state["busy_s"], wire
+    return state
 
 
 #: How much slower a GPU computes while a collective library's kernels run beside its compute
