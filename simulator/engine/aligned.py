@@ -32,6 +32,18 @@ from .waves import SAME, gather_csr, max_min_wave
 
 
 # -- aligned steps (no dependency graph) ---------------------------------------------------------
+
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-D integer array by one sort (numpy 2.4's hash-based unique is several
+    times slower on the millions of keys of a 1,024-rank schedule); the same sorted result."""
+    ordered = np.sort(np.asarray(values).ravel())
+    if len(ordered) == 0:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
 def _overlaps(a_key, a_lo, a_hi, b_key, b_lo, b_hi) -> np.ndarray:
     """For each interval ``[a_lo, a_hi)`` under key ``a_key``: does it overlap an interval of
     ``b`` under the same key? Intervals of chunk ids; keys and ids are non-negative ints."""
@@ -104,7 +116,7 @@ def _aligned(schedule, graph, placement, reduce_compute) -> FastResult:
             raise NotApplicable("a chunk is overwritten twice in one step")
     chan = schedule.channel.astype(np.int64)
     conn = ((src * ranks + dst) * (int(chan.max()) + 1) + chan)
-    conn_step = np.unique(conn * (int(level[-1]) + 1) + level)
+    conn_step = _sorted_unique(conn * (int(level[-1]) + 1) + level)
     if len(conn_step) != n:
         raise NotApplicable("two transfers of one step share a FIFO connection (pipelined "
                             "slices or segments)")
