@@ -221,3 +221,25 @@ def test_two_machine_tree_takes_large_messages_as_nccl_does():
     four = load_topology("aws-p4d", {"nodes": 4, "gpu": "a100-sxm4-80gb"})
     plan = get_library("nccl").plan(four, "allreduce", "auto", 1 << 30, 32)
     assert plan.label == "ring"
+
+
+@pytest.mark.parametrize("protocol, size, channels, nodes, ppn, chunk", [
+    ("Simple", 64 << 20, 8, 2, 8, 512 * 1024),     # one FIFO step: 4 MiB / 8
+    ("LL", 1 << 20, 8, 2, 8, 32 * 1024),           # 512 KiB / 8, half of it data
+    ("LL128", 1 << 30, 8, 2, 8, 576000),           # 4,915,200 / 8 x 15/16
+    ("LL128", 8 << 20, 8, 2, 8, 72000),            # halved while under 22.4 chunks a channel
+    ("LL128", 1 << 20, 8, 2, 8, 18000),            # then while under 5.6 and above 32 KiB
+])
+def test_tree_chunks_are_nccls(protocol, size, channels, nodes, ppn, chunk):
+    from simulator.library.datapath import tree_chunk_bytes
+    assert tree_chunk_bytes(protocol, size, channels, nodes, ppn) == chunk
+
+
+def test_tree_pipelines_nccls_chunks():
+    """The engine's tree segments are NCCL's chunks (2 x p4de, 8 MiB, LL128: 72,000 B), so a
+    mid-size tree pays the fill of its chunks through the chain and the network."""
+    graph = load_topology("aws-p4d", {"nodes": 2, "gpu": "a100-sxm4-80gb"})
+    lib = get_library("nccl")
+    plan = lib.plan(graph, "allreduce", "tree", 8 << 20, 16)
+    per_tree = -(-(8 << 20) // (2 * plan.options["channels"]))
+    assert plan.options["segments"] == -(-per_tree // 72000)

@@ -229,3 +229,25 @@ def nvls_fill_s(version: NcclVersion, algorithm: str, generation: str, size_byte
     channels = nvls_channels(version, generation, nodes)
     chunk = nvls_chunk_bytes(algorithm, size_bytes, channels, heads, nodes)
     return NVLS_FILL_CHUNKS * chunk * channels / algbw_bytes_per_s
+
+
+# -- tree ------------------------------------------------------------------------------------
+
+def tree_chunk_bytes(protocol: str, size_bytes: int, channels: int, nodes: int,
+                     ranks_per_node: float) -> int:
+    """NCCL's chunk for a tree all-reduce (``enqueue.cc``, ``computeColl`` / chunk sizing,
+    v2.20.5-1 and 2.30.7): trees move one FIFO step per chunk (``chunkSteps = 1`` outside
+    Simple rings): Simple 512 KiB, LL128 576,000 payload bytes, LL 32 KiB. LL128 halves it
+    while a channel has fewer than ``nsteps x 64 / ppn`` chunks (down to 128 KiB) and fewer
+    than ``nsteps x 16 / ppn`` (down to 32 KiB), ``nsteps = 1 + log2(nodes) + 0.1 ppn``."""
+    step = BUFFSIZE[protocol] // NCCL_STEPS
+    chunk = int(step * PAYLOAD_FRACTION[protocol])
+    if protocol == "LL128":
+        ppn = max(1.0, float(ranks_per_node))
+        nsteps = 1 + int(math.log2(max(1, nodes))) + 0.1 * ppn
+        total = int(size_bytes)
+        while total // (max(1, channels) * chunk) < nsteps * 64 / ppn and chunk > 131072:
+            chunk //= 2
+        while total // (max(1, channels) * chunk) < nsteps * 16 / ppn and chunk > 32768:
+            chunk //= 2
+    return chunk

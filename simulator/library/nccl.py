@@ -63,7 +63,8 @@ from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
 from .netplugins import enabled_protocols, network_step_latency_us
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
-from .datapath import THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath
+from .datapath import (THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath,
+                       tree_chunk_bytes)
 from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version
 
 #: User-facing algorithm names and the NCCL algorithm each is.
@@ -530,9 +531,13 @@ class NcclLibrary:
             local = max(1, int(facts.ranks_per_node))
             tree_channels = min(c.channels, local)
             per_tree = -(-int(size_bytes) // (2 * tree_channels))
+            # the engine pipelines NCCL's own chunks (one FIFO step each, datapath.
+            # tree_chunk_bytes), so a chunk's way through the chain and the network hops (the
+            # pipeline fill) is NCCL's; MAX_TREE_SEGMENTS bounds the work for huge messages
+            segment = tree_chunk_bytes(c.protocol, int(size_bytes), c.channels, facts.nodes,
+                                       facts.ranks_per_node)
             options.update(channels=tree_channels, local_ranks=local,
-                           segments=max(1, min(MAX_TREE_SEGMENTS,
-                                               -(-per_tree // TREE_SEGMENT_BYTES))))
+                           segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
         elif c.algorithm == "collnet_direct":
             # In-network reduction: the collnet schedule (intra-machine reduce-scatter, the
             # fabric switch sums every block, intra-machine all-gather) pipelined in NCCL's
