@@ -87,3 +87,65 @@ def test_kernel_caches_older_than_the_shared_helpers_are_dropped(tmp_path):
     stale_kernel_caches(tmp_path, delete=True)
     assert not any(f.exists() for f in old)
     assert new.exists() and other.exists()
+
+
+def _spy_mirror(monkeypatch):
+    """Record whether each call of the mirror quotient applied."""
+    from simulator.engine import tree_pipeline as tp
+
+    applied = []
+    original = tp.mirror_quotient
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        applied.append(out is not None)
+        return out
+
+    monkeypatch.setattr(tp, "mirror_quotient", spy)
+    return applied
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce", "broadcast"])
+def test_mirror_half_gives_the_whole_double_tree_bit_for_bit(monkeypatch, collective):
+    """On a symmetric fabric with an even rank count, tree 0 on the quotient network (tree 1
+    left out) gives the same time and per-link bytes as both trees, to the bit."""
+    applied = _spy_mirror(monkeypatch)
+    p = 96
+    graph, nodes = star(p), placement(star(p), p)
+    size = 24 << 20
+    half = tree_pipeline_time(graph, nodes, collective, "double_binary_tree", size, p, {})
+    whole = tree_pipeline_time(graph, nodes, collective, "double_binary_tree", size, p,
+                               {"mirror": False})
+    assert applied == [True]
+    assert half.time_s == whole.time_s
+    assert sorted(half.links) == sorted(whole.links)
+    assert half.bytes_sent == whole.bytes_sent
+
+
+def test_mirror_declines_an_asymmetric_fabric_and_stays_exact(monkeypatch):
+    """One slower host link breaks the fabric's mirror symmetry: the quotient is refused and
+    the result still equals the event engine (and differs from the symmetric star's)."""
+    applied = _spy_mirror(monkeypatch)
+    p = 16
+    graph = star(p)
+    graph.edges["host3", "switch"]["bandwidth_bytes_per_s"] /= 4
+    event, fast = both(graph, "allreduce", "double_binary_tree", 16 << 20, p)
+    assert applied == [False]
+    assert math.isclose(fast.time_s, event.row["time_s"], rel_tol=1e-9)
+    symmetric = tree_pipeline_time(star(p), placement(star(p), p), "allreduce",
+                                   "double_binary_tree", 16 << 20, p, {})
+    assert applied == [False, True]
+    assert fast.time_s > 1.5 * symmetric.time_s
+
+
+@pytest.mark.parametrize("p,size,graph", [
+    (15, 16 << 20, None),                 # odd: tree 1 is a shift, not a mirror
+    (16, (16 << 20) + 1, None),           # the trees' halves differ by a byte
+    (32, 16 << 20, "dgx-a100"),           # reductions charged on the GPUs (FIFO queues)
+])
+def test_mirror_applies_only_where_the_argument_holds(monkeypatch, p, size, graph):
+    applied = _spy_mirror(monkeypatch)
+    g = load_topology(graph, {"nodes": "4"}) if graph else star(p)
+    fast = tree_pipeline_time(g, placement(g, p), "allreduce", "double_binary_tree", size, p,
+                              default_options(g, "double_binary_tree", p, {}))
+    assert fast.applicable and applied == [False]
