@@ -164,53 +164,19 @@ def _less(ka, ia, kb, ib):
     return ka < kb or (ka == kb and ia < ib)
 
 
-@njit(cache=True, _nrt=False)
-def _h_up(k, key, r, hkey, hid, pos, col):
-    """Sift entry ``(key, r)`` up from slot ``k`` of an indexed heap with inline keys
-    (``pos[r, col]``: its slot)."""
-    while k > 0:
-        up = (k - 1) >> 1
-        if not _less(key, r, hkey[up], hid[up]):
-            break
-        hkey[k] = hkey[up]
-        hid[k] = hid[up]
-        pos[hid[k], col] = k
-        k = up
-    hkey[k] = key
-    hid[k] = r
-    pos[r, col] = k
-
-
-@njit(cache=True, _nrt=False)
-def _h_down(k, key, r, n, hkey, hid, pos, col):
-    """Sift entry ``(key, r)`` down from slot ``k`` of the first ``n`` slots."""
-    while True:
-        child = 2 * k + 1
-        if child >= n:
-            break
-        if child + 1 < n and _less(hkey[child + 1], hid[child + 1], hkey[child], hid[child]):
-            child += 1
-        if not _less(hkey[child], hid[child], key, r):
-            break
-        hkey[k] = hkey[child]
-        hid[k] = hid[child]
-        pos[hid[k], col] = k
-        k = child
-    hkey[k] = key
-    hid[k] = r
-    pos[r, col] = k
-
-
-#: fan-out of fill's heap: four children per node (their keys share a cache line) halve the
-#: depth of a binary heap (the component solves fill 100,000 resources and more)
+#: fan-outs of the two indexed heaps: the completion queue's buckets (binary) and fill's
+#: resources (four children per node: their keys share a cache line, and the depth halves; the
+#: component solves fill 100,000 resources and more)
+QUEUE_FAN = 2
 D = 4
 
 
 @njit(cache=True, _nrt=False)
-def _d_up(k, key, r, hkey, hid, pos):
-    """Sift ``(key, r)`` up from slot ``k`` of fill's ``D``-ary heap (``pos[r]``: its slot)."""
+def _sift_up(k, key, r, hkey, hid, pos, fan):
+    """Sift entry ``(key, r)`` up from slot ``k`` of an indexed ``fan``-ary heap with inline
+    keys (``pos[r]``: its slot)."""
     while k > 0:
-        up = (k - 1) // D
+        up = (k - 1) // fan
         if not _less(key, r, hkey[up], hid[up]):
             break
         hkey[k] = hkey[up]
@@ -223,16 +189,16 @@ def _d_up(k, key, r, hkey, hid, pos):
 
 
 @njit(cache=True, _nrt=False)
-def _d_down(k, key, r, n, hkey, hid, pos):
-    """Sift ``(key, r)`` down from slot ``k`` of the first ``n`` slots of fill's heap."""
+def _sift_down(k, key, r, n, hkey, hid, pos, fan):
+    """Sift ``(key, r)`` down from slot ``k`` of the first ``n`` slots of a ``fan``-ary heap."""
     while True:
-        first = D * k + 1
+        first = fan * k + 1
         if first >= n:
             break
         best = first
         best_key = hkey[first]
         best_id = hid[first]
-        for ch in range(first + 1, min(first + D, n)):
+        for ch in range(first + 1, min(first + fan, n)):
             if _less(hkey[ch], hid[ch], best_key, best_id):
                 best = ch
                 best_key = hkey[ch]
@@ -266,14 +232,14 @@ def _fill(res, lo, hi, member, todo, clamp, fl, rs, user_idx, heap):
         m = ri[r, _CNT]
         if m > 0:
             left = rv[r, _LEFT]
-            _d_up(n, (max(left, 0.0) if clamp else left) / m, r, hkey, hid, pos)
+            _sift_up(n, (max(left, 0.0) if clamp else left) / m, r, hkey, hid, pos, D)
             n += 1
     while todo > 0 and n > 0:
         r = hid[0]
         pos[r] = -1
         n -= 1
         if n > 0:
-            _d_down(0, hkey[n], hid[n], n, hkey, hid, pos)
+            _sift_down(0, hkey[n], hid[n], n, hkey, hid, pos, D)
         m = ri[r, _CNT]
         if m == 0:
             continue
@@ -295,12 +261,12 @@ def _fill(res, lo, hi, member, todo, clamp, fl, rs, user_idx, heap):
                     key = max(rv[r2, _LEFT], 0.0) / m2
                     k2 = pos[r2]
                     if k2 < 0:
-                        _d_up(n, key, r2, hkey, hid, pos)
+                        _sift_up(n, key, r2, hkey, hid, pos, D)
                         n += 1
                     elif k2 > 0 and _less(key, r2, hkey[(k2 - 1) // D], hid[(k2 - 1) // D]):
-                        _d_up(k2, key, r2, hkey, hid, pos)
+                        _sift_up(k2, key, r2, hkey, hid, pos, D)
                     else:
-                        _d_down(k2, key, r2, n, hkey, hid, pos)
+                        _sift_down(k2, key, r2, n, hkey, hid, pos, D)
         ri[r, _CNT] = 0
     for i in range(n):
         pos[hid[i]] = -1
@@ -675,13 +641,14 @@ def _bucket_free(b, bf, bi, qs):
     table[i] = -1
     n = meta[_M_NB] - 1
     meta[_M_NB] = n
-    k = pos[b, 0]
+    k = pos[b]
     if k < n:
         t_last, last = ht[n], hb[n]
-        if k > 0 and _less(t_last, last, ht[(k - 1) >> 1], hb[(k - 1) >> 1]):
-            _h_up(k, t_last, last, ht, hb, pos, 0)
+        up = (k - 1) // QUEUE_FAN
+        if k > 0 and _less(t_last, last, ht[up], hb[up]):
+            _sift_up(k, t_last, last, ht, hb, pos, QUEUE_FAN)
         else:
-            _h_down(k, t_last, last, n, ht, hb, pos, 0)
+            _sift_down(k, t_last, last, n, ht, hb, pos, QUEUE_FAN)
     _chunks_free(bi[b, _BHEAD], qs)
     bi[b, _BHEAD] = -1
     bi[b, _BTAIL] = -1
@@ -718,7 +685,7 @@ def _bucket_of(t, bf, bi, qs):
     bi[b, _BCNT] = 0
     bi[b, _BFILL] = CHUNK
     meta[_M_NB] += 1
-    _h_up(meta[_M_NB] - 1, t, b, ht, hb, pos, 0)
+    _sift_up(meta[_M_NB] - 1, t, b, ht, hb, pos, QUEUE_FAN)
     meta[_M_LAST] = b
     return b
 

@@ -260,7 +260,7 @@ def _scratch(kernel, n_conn: int, n_res: int, k_max: int):
     bi[:, kernel._BFILL] = kernel.CHUNK
     n_chunks = 2 * n_conn + 2 + n_conn // 4 + 64
     fbits = np.zeros(1)
-    qs = (np.zeros(nb), np.zeros(nb, dtype=np.int64), np.zeros((nb, 1), dtype=np.int64),
+    qs = (np.zeros(nb), np.zeros(nb, dtype=np.int64), np.zeros(nb, dtype=np.int64),
           np.arange(nb - 1, -1, -1, dtype=np.int64), np.full(size, -1, dtype=np.int64),
           np.array([0, nb, -1, size - 1, n_chunks], dtype=np.int64), fbits,
           fbits.view(np.int64), np.empty(nb, dtype=np.int64), np.empty(nb, dtype=np.int64),
