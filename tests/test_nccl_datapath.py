@@ -86,13 +86,38 @@ def test_ring_simple_pays_the_step_latency_per_slice():
 
 
 def test_fewer_channels_move_their_share():
-    """256 KiB Simple runs on 8 of 24 channels, each at 240 / 24 GB/s."""
+    """256 KiB Simple runs on 8 of 24 channels, each at 240 / 24 GB/s; a step of 4 KiB a
+    channel rides in one slice (at most 1 MiB / 32), so one sync a step."""
     size = 256 << 10
     run = run_collective(A100, "allreduce", "ring", size, library="nccl", protocol="Simple",
                          launch="none", engine="event")
     assert run.row["channels"] == 8
     assert run.row["time_s"] == pytest.approx(
-        8.4e-6 + 14 * (2 * 3.4e-6 + size / 8 / 80e9), rel=1e-9)
+        8.4e-6 + 14 * (1 * 3.4e-6 + size / 8 / 80e9), rel=1e-9)
+
+
+@pytest.mark.parametrize("step_bytes, busy", [
+    (8, 1), (32 << 10, 1),            # up to sliceSize / 32 = 1 MiB / 32: one slice
+    ((32 << 10) + 16, 2),             # beyond it the step halves over both slices
+    (87381, 2), (2 << 20, 2),
+])
+def test_busy_slices_follow_nccls_slice_sizing(step_bytes, busy):
+    from simulator.library.datapath import busy_slices
+    # Simple all-reduce chunk: 2 MiB in 2 slices of 1 MiB
+    assert busy_slices(step_bytes, 2 << 20, 2) == busy
+    assert busy_slices(step_bytes, 576000, 1) == 1      # LL128: one slice a chunk
+
+
+def test_small_simple_ring_pays_one_sync_a_step_and_large_two():
+    """The step latency is paid per busy slice: 64 KiB (a step of at most 4 KiB a channel:
+    one slice) pays the tuner's line, 16 MiB (87,382 B a channel: two slices) twice."""
+    small = ring_datapath(get_version("2.30"), "allreduce", "Simple", 64 << 10, 8, 12, 240.0)
+    large = ring_datapath(get_version("2.30"), "allreduce", "Simple", 16 << 20, 8, 12, 240.0)
+    assert (small.syncs_per_step, large.syncs_per_step) == (1, 2)
+    # NCCL_BUFFSIZE=8 MiB doubles the chunk and the smallest full slice
+    wide = ring_datapath(get_version("2.30"), "allreduce", "Simple", 16 << 20, 8, 12, 240.0,
+                         simple_buffer_bytes=8 << 20)
+    assert wide.chunk_bytes == 4 << 20 and wide.syncs_per_step == 2
 
 
 def test_channel_share_applies_on_one_machine_only():

@@ -36,9 +36,12 @@ Synchronisation
     bytes.
 
 So one ring step of a call costs ``syncs x hwLat + bytes_per_channel / channel_rate`` with
-``syncs = loops x slices_per_chunk``, where the tuner's line charges ``hwLat + bytes / rate``:
-from 1 MiB to a few hundred MiB (one loop, two slices), the per-step latency is paid twice
-per step, and small messages run on fewer channels at their share of the rate. The
+``syncs = loops x busy slices``, where the tuner's line charges ``hwLat + bytes / rate``. A
+step's slices are sized to its data, at least 1/32 of a full slice (:func:`busy_slices`): a
+small message rides in one slice a step and pays the tuner's latency; from a few MiB (a
+channel's step above 32 KiB with the default buffer) to a few hundred MiB (one loop, two busy
+slices) the per-step latency is paid twice per step; and small messages run on fewer channels
+at their share of the rate. The
 :func:`ring_datapath` numbers are data: :meth:`simulator.library.nccl.NcclLibrary.plan`
 writes ``syncs x hwLat`` into the links' per-step latency and ``channels / channels_max``
 into their rates, so every engine method times the same thing.
@@ -133,9 +136,19 @@ def ring_channels(version: NcclVersion, collective: str, protocol: str, size_byt
     return nc
 
 
-def chunk_bytes(collective: str, protocol: str) -> tuple[int, int]:
+def fifo_step_bytes(protocol: str, simple_buffer_bytes: int | None = None) -> int:
+    """Bytes of one FIFO slot: the protocol's buffer over ``NCCL_STEPS``; Simple's buffer is
+    ``NCCL_BUFFSIZE`` where the platform sets it (``simple_buffer_bytes``)."""
+    buffer = BUFFSIZE[protocol]
+    if protocol == "Simple" and simple_buffer_bytes:
+        buffer = int(simple_buffer_bytes)
+    return buffer // NCCL_STEPS
+
+
+def chunk_bytes(collective: str, protocol: str,
+                simple_buffer_bytes: int | None = None) -> tuple[int, int]:
     """(payload bytes per chunk, slices per chunk) of a ring collective."""
-    step = BUFFSIZE[protocol] // NCCL_STEPS
+    step = fifo_step_bytes(protocol, simple_buffer_bytes)
     if protocol == "Simple":
         chunk_steps, slice_steps = RING_STEPS.get(collective, (1, 1))
     else:
@@ -145,20 +158,37 @@ def chunk_bytes(collective: str, protocol: str) -> tuple[int, int]:
 
 
 def ring_datapath(version: NcclVersion, collective: str, protocol: str, size_bytes: int,
-                  ranks: int, graph_channels: int, graph_busbw_GBps: float) -> DataPath:
-    """The data path of one ring call (all-reduce, all-gather, reduce-scatter)."""
+                  ranks: int, graph_channels: int, graph_busbw_GBps: float,
+                  simple_buffer_bytes: int | None = None) -> DataPath:
+    """The data path of one ring call (all-reduce, all-gather, reduce-scatter);
+    ``simple_buffer_bytes`` is ``NCCL_BUFFSIZE`` where the platform sets it."""
     channels_max = runtime_channels(version, graph_channels)
     threads = ring_threads(protocol, graph_busbw_GBps)
     used = ring_channels(version, collective, protocol, int(size_bytes), ranks, channels_max,
                          threads)
-    chunk, slices = chunk_bytes(collective, protocol)
+    chunk, slices = chunk_bytes(collective, protocol, simple_buffer_bytes)
     # size_bytes is the whole message (all-gather: the output, reduce-scatter: the input, as
     # nccl-tests counts them): a loop moves one chunk per rank and channel
     per_channel = math.ceil(int(size_bytes) / used)
     loops = max(1, math.ceil(per_channel / (ranks * chunk)))
+    busy = busy_slices(math.ceil(per_channel / (ranks * loops)), chunk, slices)
     return DataPath(protocol=protocol, channels_max=channels_max, channels=used,
                     threads=threads, chunk_bytes=chunk, slices_per_chunk=slices, loops=loops,
-                    syncs_per_step=loops * slices, rate_fraction=used / channels_max)
+                    syncs_per_step=loops * busy, rate_fraction=used / channels_max)
+
+
+def busy_slices(step_bytes: int, chunk: int, slices: int) -> int:
+    """Slices of a ring step that carry data: NCCL sizes a step's slices to its data,
+    ``sliceSize = max(divUp(nelem, 16 x SlicePerChunk) x 16, stepSize x StepPerSlice / 32)``
+    (``prims_simple.h`` ``genericOp``, v2.21.5-1:195-196), so a step of at most 1/32 of a full
+    slice rides in its first slice. The empty slices after it still wait and post, but on
+    flags their neighbour posts at once: those rounds pipeline along the ring instead of
+    adding a step latency each."""
+    if slices <= 1 or step_bytes <= 0:
+        return 1
+    full_slice = chunk / slices
+    size = max(16 * math.ceil(step_bytes / (16 * slices)), full_slice / 32)
+    return max(1, min(slices, math.ceil(step_bytes / size)))
 
 
 # -- NVLS and NVLS tree ---------------------------------------------------------------------
@@ -186,7 +216,7 @@ NVLS_MAX_CHUNK_BYTES = 128 * 1024
 #: chunk x channels / algbw``. No source states it; it is fitted (least |signed bias|) on one
 #: named file, ``tests/data/measurements/nccl_nccltests309_xe9680_h100_2node_ib.csv`` (2 x 8 H100,
 #: NVLS tree over InfiniBand, NCCL 2.26.2, one process per GPU), and checked on the other NVLS
-#: files (B200 one and two machines, p5 EFA, a3-mega TCPXO): docs/validation/sources.md,
+#: files (B200 one and two machines, p5 EFA): docs/validation/sources.md,
 #: "NVLS pipeline fill". It is close to 2 x NCCL_STEPS (16), the slots of the two FIFOs a chunk
 #: crosses (17 fitted), which is a plausibility remark, not a derivation.
 NVLS_FILL_CHUNKS = 17.0
@@ -234,13 +264,14 @@ def nvls_fill_s(version: NcclVersion, algorithm: str, generation: str, size_byte
 # -- tree ------------------------------------------------------------------------------------
 
 def tree_chunk_bytes(protocol: str, size_bytes: int, channels: int, nodes: int,
-                     ranks_per_node: float) -> int:
+                     ranks_per_node: float, simple_buffer_bytes: int | None = None) -> int:
     """NCCL's chunk for a tree all-reduce (``enqueue.cc``, ``computeColl`` / chunk sizing,
     v2.20.5-1 and 2.30.7): trees move one FIFO step per chunk (``chunkSteps = 1`` outside
     Simple rings): Simple 512 KiB, LL128 576,000 payload bytes, LL 32 KiB. LL128 halves it
     while a channel has fewer than ``nsteps x 64 / ppn`` chunks (down to 128 KiB) and fewer
-    than ``nsteps x 16 / ppn`` (down to 32 KiB), ``nsteps = 1 + log2(nodes) + 0.1 ppn``."""
-    step = BUFFSIZE[protocol] // NCCL_STEPS
+    than ``nsteps x 16 / ppn`` (down to 32 KiB), ``nsteps = 1 + log2(nodes) + 0.1 ppn``.
+    ``NCCL_BUFFSIZE`` (``simple_buffer_bytes``) scales Simple's chunk."""
+    step = fifo_step_bytes(protocol, simple_buffer_bytes)
     chunk = int(step * PAYLOAD_FRACTION[protocol])
     if protocol == "LL128":
         ppn = max(1.0, float(ranks_per_node))

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 import networkx as nx
@@ -61,7 +62,7 @@ from ..topology.graph import endpoints
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
-from .netplugins import enabled_protocols, network_step_latency_us
+from .netplugins import NcclSettings, network_step_latency_us, nccl_settings
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath,
                        tree_chunk_bytes)
@@ -164,6 +165,9 @@ class NcclLibrary:
                  scale: dict | None = None):
         self.version: NcclVersion = (version if isinstance(version, NcclVersion)
                                      else get_version(version))
+        # the release asked for ((major, minor)): a platform's documented NCCL environment
+        # follows it (netplugins.NcclSettings), where the constants follow the nearest table
+        self.release: tuple = _release(version, self.version)
         self.launch = launch
         self.costs = {**LAUNCH_COSTS, **(costs or {})}
         self.scale = {"latency": 1.0, "bandwidth": 1.0, **(scale or {})}
@@ -228,11 +232,15 @@ class NcclLibrary:
         nsteps = (2 * (n - 1) if collective == "allreduce" else
                   n - 1 if collective in ("reduce_scatter", "allgather") else n)
         ppn = facts.ranks_per_node
-        enabled = enabled_protocols(facts.transport, facts.network) if nodes > 1 else None
+        settings = self._settings(facts)
+        enabled = settings.protocols if settings is not None else None
+        algorithms = settings.algorithms if settings is not None else None
         out = []
         for algo in ("tree", "ring", "nvls", "nvls_tree", "collnet_direct"):
             if algo == "tree" and collective != "allreduce":
                 continue
+            if algorithms is not None and algo not in algorithms:
+                continue          # the platform's documented NCCL_ALGO / NCCL_NVLS_ENABLE
             if algo == "collnet_direct" and not (collective == "allreduce" and facts.sharp
                                                  and nodes > 1 and v.number >= (2, 12)):
                 continue
@@ -311,6 +319,17 @@ class NcclLibrary:
                                      intra_lat, inter_lat, algo_wire, steps_lat, nsteps))
         out.sort(key=lambda c: c.predicted_time_us)
         return out
+
+    def _settings(self, facts: MachineFacts) -> NcclSettings | None:
+        """The NCCL environment the network platform documents (machines joined by a plugin
+        or transport that has one), None on one machine."""
+        if facts.nodes <= 1:
+            return None
+        return nccl_settings(facts.transport, facts.network, self.release)
+
+    def _simple_buffer(self, facts: MachineFacts) -> int | None:
+        settings = self._settings(facts)
+        return settings.simple_buffer_bytes if settings is not None else None
 
     def _ll128_enabled(self, facts: MachineFacts) -> bool:
         """NCCL enables LL128 by default only on NVLink machines of listed generations whose
@@ -443,6 +462,16 @@ class NcclLibrary:
 
     def _reasons(self, collective, wanted, protocol, facts) -> list[str]:
         reasons = []
+        # first: what the platform's documented environment leaves out
+        settings = self._settings(facts)
+        if settings is not None and settings.algorithms is not None and wanted \
+                and wanted not in settings.algorithms:
+            reasons.append(f"the network platform's documented NCCL settings ({settings.release}) "
+                           f"enable only {', '.join(settings.algorithms)}")
+        if settings is not None and settings.protocols is not None and protocol \
+                and protocol not in settings.protocols:
+            reasons.append(f"the network platform's documented NCCL settings ({settings.release}) "
+                           f"enable only the protocols {', '.join(settings.protocols)}")
         if wanted == "nvls":
             reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
         if wanted == "nvls_tree":
@@ -496,7 +525,8 @@ class NcclLibrary:
             syncs = 1
             if collective in DATAPATH_COLLECTIVES:
                 path = ring_datapath(v, collective, c.protocol, int(size_bytes), facts.ranks,
-                                     c.channels, c.wire_busbw_GBps)
+                                     c.channels, c.wire_busbw_GBps,
+                                     self._simple_buffer(facts))
                 syncs = path.syncs_per_step
                 used = path.channels
                 # a channel is one thread block moving at most its own rate: on one machine
@@ -535,7 +565,7 @@ class NcclLibrary:
             # tree_chunk_bytes), so a chunk's way through the chain and the network hops (the
             # pipeline fill) is NCCL's; MAX_TREE_SEGMENTS bounds the work for huge messages
             segment = tree_chunk_bytes(c.protocol, int(size_bytes), c.channels, facts.nodes,
-                                       facts.ranks_per_node)
+                                       facts.ranks_per_node, self._simple_buffer(facts))
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
         elif c.algorithm == "collnet_direct":
@@ -637,3 +667,12 @@ def _protocol(text: str) -> str:
         if str(text).lower() == proto.lower():
             return proto
     raise ConfigError(f"--protocol: unknown protocol {text!r}; accepted: LL, LL128, Simple, auto")
+
+
+def _release(text, table: NcclVersion) -> tuple:
+    """(major, minor) of the NCCL version asked for, else the table's."""
+    if not isinstance(text, NcclVersion):
+        match = re.search(r"(\d+)\.(\d+)", str(text or ""))
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    return table.number

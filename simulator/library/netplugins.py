@@ -23,11 +23,15 @@ latency reported to NCCL
     NCCL choose the wrong algorithm for the 2 nodes case");
 per-connection limits
     flows (sockets, queue pairs) per NCCL connection and what one flow may carry;
-protocols
-    those the platform's documented NCCL settings leave enabled (``NCCL_PROTO``).
+protocols, algorithms and buffers
+    what the platform's documented NCCL environment sets (``NCCL_PROTO``, ``NCCL_ALGO``,
+    ``NCCL_NVLS_ENABLE``, ``NCCL_BUFFSIZE``): :class:`NcclSettings`, per release of the platform's
+    stack where its documentation changed them, chosen by the NCCL version in use (GPUDirect-
+    TCPXO ran Simple only on rings and trees with NCCL 2.21, added LL128 with 2.23 and NVLS
+    trees with 2.26).
 
-:func:`network_step_latency_us`, :func:`reported_latency_us` and :func:`enabled_protocols` are
-the hooks the ``nccl`` library calls with the topology's ``transport`` parameter;
+:func:`network_step_latency_us`, :func:`reported_latency_us`, :func:`enabled_protocols` and
+:func:`nccl_settings` are the hooks the ``nccl`` library calls with the topology's ``transport`` parameter;
 :func:`describe` lists everything with its source.
 """
 
@@ -46,6 +50,32 @@ NCCL_NET_LL_LATENCY_US = 2.7
 #: Ethernet bytes on the wire per frame besides the IP packet: preamble+SFD 8, MAC header 14,
 #: FCS 4, inter-frame gap 12 (IEEE 802.3).
 ETH_L2_OVERHEAD = 8 + 14 + 4 + 12
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """The NCCL environment a platform's documentation sets for one release of its stack.
+
+    Attributes
+    ----------
+    release : str
+        Which releases document it (and the NCCL they ship).
+    protocols : tuple of str or None
+        ``NCCL_PROTO`` (None: NCCL's defaults).
+    algorithms : tuple of str or None
+        The library's algorithm names ``NCCL_ALGO`` and ``NCCL_NVLS_ENABLE`` leave enabled
+        (``tree``, ``ring``, ``nvls``, ``nvls_tree``, ``collnet_direct``; None: all).
+    simple_buffer_bytes : int or None
+        ``NCCL_BUFFSIZE``: one connection's Simple FIFO (None: NCCL's 4 MiB).
+    source : str
+        Where the settings are written.
+    """
+
+    release: str
+    protocols: tuple | None = None
+    algorithms: tuple | None = None
+    simple_buffer_bytes: int | None = None
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +109,10 @@ class NetTransport:
         Most one flow may carry, bytes/s (``inf``: no per-flow limit).
     protocols : tuple of str or None
         Protocols the platform's documented NCCL settings enable (None: NCCL's defaults).
+    settings : tuple of (tuple, NcclSettings)
+        The platform's documented NCCL environment by the NCCL release it ships with:
+        ``((major, minor), settings)`` pairs, oldest first; the last whose version is not newer
+        than the NCCL in use applies, and replaces ``protocols``. Empty: ``protocols`` only.
     sources : dict
         Constant name -> source.
     """
@@ -95,7 +129,16 @@ class NetTransport:
     flows_per_connection: int = 1
     flow_bytes_per_s: float = math.inf
     protocols: tuple | None = None
+    settings: tuple = ()
     sources: dict = field(default_factory=dict)
+
+    def settings_for(self, version: tuple = (2, 30)) -> NcclSettings:
+        """The documented NCCL environment for NCCL ``version`` ((major, minor))."""
+        chosen = None
+        for since, entry in self.settings:
+            if chosen is None or tuple(version) >= tuple(since):
+                chosen = entry
+        return chosen or NcclSettings("NCCL's defaults", protocols=self.protocols)
 
     @property
     def payload_bytes(self) -> int:
@@ -129,12 +172,14 @@ _AWS_OFI = "aws/aws-ofi-nccl @2daf7d303aa139a03140aa530957d10521e4478d"
 _TCPXO = "google/nccl-plugin-gpudirect-tcpxo @04815d1bb89971577c7330f9873b70644b3a5934"
 _NCCL = "NVIDIA/nccl v2.21.5-1 (ab2b89c4c339bd7f816fbc114a4b05d386b66290)"
 
-#: GPUDirect-TCPXO's cost of one NCCL network message, us. Google publishes none and its
-#: plugin reports 0 to NCCL; FITTED on the only TCPXO table here (2 x a3-megagpu-8g,
-#: ``tests/data/measurements/nccl_a3mega_2node_tcpxo.csv``): the value that makes its 8 B -
-#: 32 KiB rows (the tree's two network steps, LL128) unbiased. docs/validation/sources.md,
-#: "Calibrated constants".
-TCPXO_MESSAGE_LATENCY_US = 43.0
+#: GPUDirect-TCPXO's own cost of one NCCL network message beyond NCCL's figure, us: none.
+#: Google publishes none and its plugin reports 0 to NCCL. An earlier round fitted 43 us on the
+#: 8 B - 32 KiB rows of ``tests/data/measurements/nccl_a3mega_2node_tcpxo.csv``, taking them for
+#: LL128 trees; that run used the plugin release whose documented environment is
+#: ``NCCL_PROTO=Simple`` on rings and trees (:data:`TCPXO_SETTINGS`), and its Simple ring with
+#: NCCL's own network latency is within 7 % of those rows, so no extra latency is charged
+#: (docs/validation/sources.md, "GPUDirect-TCPXO settings").
+TCPXO_MESSAGE_LATENCY_US = None
 
 #: Every transport by the topology's ``transport`` value.
 TRANSPORTS: dict[str, NetTransport] = {}
@@ -194,10 +239,38 @@ _add(NetTransport(
                       "(include/nccl_ofi_param.h)",
              "protocol": f"{_AWS_OFI} src/platform-aws.cpp p5 '.default_protocol = "
                          "PROTOCOL::RDMA'"}))
+#: GPUDirect-TCPXO's documented NCCL environment by plugin release, with the NCCL it ships
+#: (GoogleCloudPlatform/container-engine-accelerators ``gpudirect-tcpxo/README.md``, the
+#: release notes, @992db812): every release sets ``NCCL_BUFFSIZE=8388608`` and
+#: ``NCCL_MIN_NCHANNELS=4`` and loads Google's tuner plugin (its config is not public).
+_TCPXO_NOTES = "GoogleCloudPlatform/container-engine-accelerators @992db812 gpudirect-tcpxo/README.md"
+TCPXO_SETTINGS = (
+    ((2, 21), NcclSettings(
+        "plugin v1.0.1-v1.0.8 (May 2024 - Feb 2025), NCCL 2.21.5",
+        protocols=("Simple",), algorithms=("ring", "tree"), simple_buffer_bytes=8 << 20,
+        source=f"{_TCPXO_NOTES}, releases of May 20 2024 to Feb 06 2025: 'NCCL_ALGO=Ring,Tree', "
+               "'NCCL_PROTO=Simple', 'NCCL_NVLS_ENABLE=0', 'NCCL_BUFFSIZE=8388608'; "
+               "compatible NCCL 'nccl-2.21.5' (v1.0.8: 2.21.5-2.23.4, LL128 only in a second "
+               "profile)")),
+    ((2, 23), NcclSettings(
+        "plugin v1.0.9-v1.0.11 (May - Jun 2025), NCCL 2.23",
+        protocols=("LL128", "Simple"), algorithms=("ring", "tree"), simple_buffer_bytes=8 << 20,
+        source=f"{_TCPXO_NOTES}, May 01 2025 ('this release now makes LL128 the default') and "
+               "Jun 27 2025: 'NCCL_ALGO=Ring,Tree', 'NCCL_PROTO=Simple,LL128', "
+               "'NCCL_NVLS_ENABLE=0', 'NCCL_BUFFSIZE=8388608'; default NCCL 2.23")),
+    ((2, 26), NcclSettings(
+        "plugin v1.0.12 and later (Aug 2025 -), NCCL 2.26 / 2.28",
+        protocols=("LL128", "Simple"), algorithms=None, simple_buffer_bytes=8 << 20,
+        source=f"{_TCPXO_NOTES}, Aug 21 2025 ('This release now incorporates NVLSTree into the "
+               "default configuration'; NCCL_ALGO and NCCL_NVLS_ENABLE removed, "
+               "'NCCL_NVLSTREE_MAX_CHUNKSIZE=131072', 'NCCL_BUFFSIZE=8388608'); default "
+               f"NCCL 2.26, later 2.28.7; {_TCPXO} tcpxo_scripts/nccl-env-profile.sh")),
+)
+
 _add(NetTransport(
     "tcpxo", "NET/FasTrak (GPUDirect-TCPXO)", ("ethernet",), 8244, _IPV4 + _TCP + _TCP_TS,
     ETH_L2_OVERHEAD, reported_latency_us=0.0, flows_per_connection=2,
-    protocols=("LL128", "Simple"), message_latency_us=TCPXO_MESSAGE_LATENCY_US,
+    settings=TCPXO_SETTINGS, message_latency_us=TCPXO_MESSAGE_LATENCY_US,
     sources={"framing": "GPU-NIC VPCs created with '--mtu=8244' (Google xpk cluster network; "
                         "dstackai/dstack examples/clusters/a3mega); TCP/IPv4 with timestamps "
                         "(RFC 791, 9293, 7323) + IEEE 802.3 L2",
@@ -207,12 +280,10 @@ _add(NetTransport(
                                      ":103 FASTRAK_NUM_FLOWS default 2 (max kFastrakMaxNumFlows "
                                      "8); tcpxo_scripts/nccl-env-profile-comma.sh "
                                      "NCCL_FASTRAK_NUM_FLOWS=2",
-             "protocols": f"{_TCPXO} tcpxo_scripts/nccl-env-profile-comma.sh:51 "
-                          "'export NCCL_PROTO=Simple,LL128'",
-             "message_latency_us": "FITTED (no published figure): 43 us makes the signed "
-                                   "bias of the 8 B - 32 KiB rows of tests/data/measurements/"
-                                   "nccl_a3mega_2node_tcpxo.csv closest to 0 (1 us grid); no "
-                                   "second TCPXO file to check it on"}))
+             "settings": "TCPXO_SETTINGS: by the NCCL release the plugin ships with",
+             "message_latency_us": "none published; NCCL's own figure stands (the 43 us "
+                                   "fitted before assumed LL128 on a Simple-only run: "
+                                   "TCPXO_MESSAGE_LATENCY_US)"}))
 _add(NetTransport(
     "tcpx", "NET/GPUDirectTCPX", ("ethernet",), 8244, _IPV4 + _TCP + _TCP_TS, ETH_L2_OVERHEAD,
     sources={"framing": "GPU-NIC VPCs 'tcpx-net-$N --mtu=8244' (GPUDirect-TCPX setup guides)",
@@ -390,9 +461,14 @@ def reported_latency_us(transport, protocol: str, network: str = "ib",
     return value * (2 if protocol == "Simple" else 1)
 
 
-def enabled_protocols(transport, network: str = "ib") -> tuple | None:
+def nccl_settings(transport, network: str = "ib", version: tuple = (2, 30)) -> NcclSettings:
+    """The NCCL environment the transport's platform documents for NCCL ``version``."""
+    return _resolve(transport, network).settings_for(version)
+
+
+def enabled_protocols(transport, network: str = "ib", version: tuple = (2, 30)) -> tuple | None:
     """Protocols the platform's documented NCCL settings enable (None: all of NCCL's)."""
-    return _resolve(transport, network).protocols
+    return nccl_settings(transport, network, version).protocols
 
 
 #: Plugins that ship a tuner (``NCCL_TUNER_PLUGIN``), and when it overrides NCCL's own choice.
@@ -420,5 +496,9 @@ def describe() -> list[dict]:
                      "step_latency_Simple_us": t.step_latency_us("Simple"),
                      "reported_latency_us": t.reported_latency_us,
                      "flows_per_connection": t.flows_per_connection,
-                     "protocols": t.protocols, "sources": dict(t.sources)})
+                     "protocols": t.settings_for().protocols,
+                     "settings": [(".".join(map(str, since)), entry.release, entry.protocols,
+                                   entry.algorithms, entry.simple_buffer_bytes)
+                                  for since, entry in t.settings],
+                     "sources": dict(t.sources)})
     return rows
