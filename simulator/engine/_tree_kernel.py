@@ -402,12 +402,7 @@ def _local_solve(dirty, n_dirty, now, fl, rs, cr, ci, cj, user_idx, bf, bi, qs, 
     if ok:
         for i in range(n_group):
             c = group[i]
-            x = fv[c, _RATE]
-            if x > 0.0:
-                cr[c, _REM] -= x * (now - cr[c, _TLAST])
-                if cr[c, _REM] < 0.0:
-                    cr[c, _REM] = 0.0
-            cr[c, _TLAST] = now
+            x = _advance(c, now, fv, cr)
             if fv[c, _CAND] != x or cr[c, _FINISH] == np.inf:
                 _set_rate(c, fv[c, _CAND], now, fv, cr, ci, cj, bf, bi, qs)
     for i in range(n_group):
@@ -557,12 +552,7 @@ def _solve_rates(now, fl, rs, cr, ci, cj, user_idx, bf, bi, qs, inst, ic, heap):
         n_shared = 0
         for i in range(n_comp_flows):
             c = comp_flows[i]
-            x = fv[c, _RATE]
-            if x > 0.0:
-                cr[c, _REM] -= x * (now - cr[c, _TLAST])
-                if cr[c, _REM] < 0.0:
-                    cr[c, _REM] = 0.0
-            cr[c, _TLAST] = now
+            _advance(c, now, fv, cr)
             x = _alone_rate(c, fl, rs)
             if x == 0.0:
                 cflag[c] |= _SHARED
@@ -588,6 +578,19 @@ def _solve_rates(now, fl, rs, cr, ci, cj, user_idx, bf, bi, qs, inst, ic, heap):
             cflag[c] &= ~(_SEEN | _SHARED)
     for i in range(n_comp_res):
         rflag[comp_res[i]] &= ~_RSEEN
+
+
+@njit(cache=True, _nrt=False, inline='always')
+def _advance(c, now, fv, cr):
+    """Move connection ``c``'s remaining bytes on to ``now`` at its current rate; returns
+    the rate."""
+    x = fv[c, _RATE]
+    if x > 0.0:
+        cr[c, _REM] -= x * (now - cr[c, _TLAST])
+        if cr[c, _REM] < 0.0:
+            cr[c, _REM] = 0.0
+    cr[c, _TLAST] = now
+    return x
 
 
 @njit(cache=True, _nrt=False, inline='always')
