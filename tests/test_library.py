@@ -151,6 +151,29 @@ def test_tuner_choices_on_h100():
     assert all(a.predicted_time_us <= b.predicted_time_us for a, b in zip(cands, cands[1:]))
 
 
+@pytest.mark.parametrize("version, gpus_per_node, nvls", [
+    ("2.21", 1, False), ("2.21", 2, False), ("2.21", 3, True),
+    ("2.30", 1, False), ("2.30", 2, True)])
+def test_nvls_needs_enough_gpus_on_every_machine(version, gpus_per_node, nvls):
+    """NCCL sets NVLink SHARP up only when a machine's topology holds enough GPUs
+    (``ncclNvlsInit``: 2.18-2.28.6 return on ``gpuCount <= 2``, 2.28.7 on ``gpuCount < 2``): two
+    H200 machines with one GPU each run rings and trees, and forcing NVLS says why."""
+    lib = get_library("nccl", version=version)
+    for nodes in (1, 2):
+        if nodes == 1 and gpus_per_node == 1:
+            continue
+        graph = load_topology("hgx-h200", {"nodes": str(nodes), "gpus_per_node": str(gpus_per_node)})
+        n = nodes * gpus_per_node
+        algorithms = {c.algorithm for c in lib.candidates(graph, "allreduce", 1 << 30, n)}
+        wanted = "nvls" if nodes == 1 else "nvls_tree"
+        assert (wanted in algorithms) == nvls
+        reason = lib.unavailable(graph, "allreduce", wanted, n)
+        assert (reason == "") == nvls
+        if not nvls:
+            assert f"at least {3 if version == '2.21' else 2} GPUs on every machine" in reason
+            assert lib.plan(graph, "allreduce", "auto", 1 << 30, n).label in ("ring", "tree")
+
+
 def test_h100_large_allreduce_busbw():
     """NVLS reaches about 480 GB/s and the ring about 370 GB/s of bus bandwidth on HGX H100."""
     nvls = run_collective(H100, "allreduce", "nvls", 1 << 30, library="nccl", engine="auto")

@@ -10,6 +10,7 @@ whether an NVSwitch is there (NVLS). :func:`machine_facts` reads them off a topo
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import networkx as nx
@@ -54,6 +55,9 @@ class MachineFacts:
         Ranks in the communicator and machines they span.
     ranks_per_node : float
         ``ranks / nodes`` (NCCL's ``ppn``).
+    local_ranks_min : int
+        The fewest ranks on any one machine: the GPUs in the smallest machine's NCCL topology
+        (``ncclTopoGetGpuCount``), which decides whether NVLink SHARP can run.
     compute_capability : int
         x 10 (A100: 80).
     generation : str
@@ -88,6 +92,7 @@ class MachineFacts:
     nics: int = 0
     sharp: bool = False
     network: str = "ib"
+    local_ranks_min: int = 0
 
 
 def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
@@ -95,6 +100,7 @@ def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
     eps = endpoints(graph)[:gpus]
     machines = sorted({graph.nodes[e].get("node_index", 0) for e in eps})
     nodes = max(1, len(machines))
+    per_machine = Counter(graph.nodes[e].get("node_index", 0) for e in eps)
     devices = [graph.nodes[e].get("device") for e in eps]
     cc = min(compute_capability(d) for d in devices) if devices else 80
     first = machines[0] if machines else 0
@@ -115,7 +121,8 @@ def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
                                                                                 "rdma")),
         gpu_nic_path=path, nics=sum(1 for n in machine_nodes
                                     if graph.nodes[n].get("kind") == "nic"),
-        sharp=bool(params.get("sharp", False)), network=str(params.get("network", "ib")))
+        sharp=bool(params.get("sharp", False)), network=str(params.get("network", "ib")),
+        local_ranks_min=min(per_machine.values(), default=0))
 
 
 def node_index_slot(nodes: int) -> int:

@@ -246,6 +246,7 @@ class NcclLibrary:
                 continue
             if algo in ("nvls", "nvls_tree") and not (
                     collective == "allreduce" and v.nvls and facts.nvswitch
+                    and facts.local_ranks_min >= v.nvls_min_local_gpus
                     and (nodes == 1) == (algo == "nvls") and v.nvls_efficiency.get(gen, 0) > 0):
                 continue
             for p_index, proto in enumerate(PROTOCOLS):
@@ -472,6 +473,11 @@ class NcclLibrary:
                 and protocol not in settings.protocols:
             reasons.append(f"the network platform's documented NCCL settings ({settings.release}) "
                            f"enable only the protocols {', '.join(settings.protocols)}")
+        if wanted in ("nvls", "nvls_tree") and facts.nvswitch \
+                and facts.local_ranks_min < self.version.nvls_min_local_gpus:
+            reasons.append(f"NCCL {self.version.name} sets NVLS up only with at least "
+                           f"{self.version.nvls_min_local_gpus} GPUs on every machine (here "
+                           f"{facts.local_ranks_min})")
         if wanted == "nvls":
             reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
         if wanted == "nvls_tree":

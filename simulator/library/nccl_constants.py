@@ -66,6 +66,10 @@ class NcclVersion:
         NVLink SHARP all-reduce exists (NCCL >= 2.17).
     nvls_efficiency : dict
         ``nvlsEfficiency`` by generation.
+    nvls_min_local_gpus : int
+        The fewest GPUs a machine's NCCL topology must hold for NVLink SHARP to be set up
+        (``ncclNvlsInit`` in ``src/transport/nvls.cc``: 2.17 ``localRanks <= 1``, 2.18 to
+        2.28.6 ``gpuCount <= 2``, 2.28.7 on ``gpuCount < 2`` return without NVLS).
     tree_correction : tuple
         ``treeCorrectionFactor[protocol]``: 24 factors for powers of two 64 B .. 512 MiB;
         empty where the version has none.
@@ -96,6 +100,7 @@ class NcclVersion:
     plateau: tuple = (1.9, 1.4)
     nvls: bool = True
     nvls_efficiency: dict = field(default_factory=dict)
+    nvls_min_local_gpus: int = 3
     tree_correction: tuple = ()
     max_channels: int = 32
     min_traffic_per_channel: int = 0
@@ -199,7 +204,9 @@ _add(NcclVersion(
 ))
 _add(NcclVersion(
     name="2.30", source="NVIDIA/nccl master 2.30.7 (5067397c) src/graph/tuning.cc "
-    "(ncclTunerConstantsDefaults, nvlsEfficiency, treeCorrectionFactor)",
+    "(ncclTunerConstantsDefaults, nvlsEfficiency, treeCorrectionFactor); src/transport/nvls.cc "
+    "(NVLS from 2 GPUs a machine)",
+    nvls_min_local_gpus=2,
     base_latency_us=_lat((6.8, 14.0, 8.4), (6.6, 14.0, 8.4)),
     hw_latency_us={
         "nvlink": _lat((.6, 1.25, 4.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25),
