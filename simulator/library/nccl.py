@@ -473,14 +473,14 @@ class NcclLibrary:
                 and protocol not in settings.protocols:
             reasons.append(f"the network platform's documented NCCL settings ({settings.release}) "
                            f"enable only the protocols {', '.join(settings.protocols)}")
-        if wanted in ("nvls", "nvls_tree") and facts.nvswitch \
-                and facts.local_ranks_min < self.version.nvls_min_local_gpus:
+        too_few = facts.nvswitch and facts.local_ranks_min < self.version.nvls_min_local_gpus
+        if wanted in ("nvls", "nvls_tree") and too_few:
             reasons.append(f"NCCL {self.version.name} sets NVLS up only with at least "
                            f"{self.version.nvls_min_local_gpus} GPUs on every machine (here "
                            f"{facts.local_ranks_min})")
-        if wanted == "nvls":
+        elif wanted == "nvls":
             reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
-        if wanted == "nvls_tree":
+        elif wanted == "nvls_tree":
             reasons.append("NVLS tree needs several NVSwitch machines of Hopper or later and "
                            "NCCL >= 2.18")
         if wanted == "tree" and collective != "allreduce":
