@@ -102,6 +102,25 @@ CHUNK = 8
 # 32-bit view ``ri[r] = (.., flows on it, count)``, the CSR of its users (``user_idx``) and
 # a byte of flags.
 @njit(cache=True, _nrt=False, inline='always')
+def _take(r, bit, rflag, out, n):
+    """Append resource ``r`` to ``out[:n]`` unless it carries flag ``bit`` (then set); returns
+    the new length."""
+    if not rflag[r] & bit:
+        rflag[r] |= bit
+        out[n] = r
+        n += 1
+    return n
+
+
+@njit(cache=True, _nrt=False, inline='always')
+def _take_path(c, bit, cres, rflag, out, n):
+    """:func:`_take` for every resource on connection ``c``'s path."""
+    for j in range(_R0, _R0 + cres[c, _NRES]):
+        n = _take(cres[c, j], bit, rflag, out, n)
+    return n
+
+
+@njit(cache=True, _nrt=False, inline='always')
 def _take_users(r, fl, rs, user_idx, flows_out, n_flows, res_out, n_res):
     """Append the active flows on resource ``r`` not taken yet (marking them seen) and the
     resources of their paths not seen yet. Returns the new lengths of both lists."""
@@ -114,12 +133,7 @@ def _take_users(r, fl, rs, user_idx, flows_out, n_flows, res_out, n_res):
             cflag[c] = f | _SEEN
             flows_out[n_flows] = c
             n_flows += 1
-            for j in range(_R0, _R0 + cres[c, _NRES]):
-                r2 = cres[c, j]
-                if not rflag[r2] & _RSEEN:
-                    rflag[r2] |= _RSEEN
-                    res_out[n_res] = r2
-                    n_res += 1
+            n_res = _take_path(c, _RSEEN, cres, rflag, res_out, n_res)
     return n_flows, n_res
 
 
@@ -291,11 +305,7 @@ def _local_solve(dirty, n_dirty, now, fl, rs, cr, ci, cj, user_idx, bf, bi, qs, 
     n_failing = 0
     ok = False
     for i in range(n_dirty):
-        r = dirty[i]
-        if not rflag[r] & _ROPEN:
-            rflag[r] |= _ROPEN
-            opened[n_opened] = r
-            n_opened += 1
+        n_opened = _take(dirty[i], _ROPEN, rflag, opened, n_opened)
     first_new = 0
     while True:
         n_before = n_group
@@ -338,12 +348,7 @@ def _local_solve(dirty, n_dirty, now, fl, rs, cr, ci, cj, user_idx, bf, bi, qs, 
                         if f & _SEEN:
                             m += 1
                             fv[u, _CAND] = -1.0
-                            for j in range(_R0, _R0 + cres[u, _NRES]):
-                                r2 = cres[u, j]
-                                if not rflag[r2] & _RPIECE:
-                                    rflag[r2] |= _RPIECE
-                                    piece[n_piece] = r2
-                                    n_piece += 1
+                            n_piece = _take_path(u, _RPIECE, cres, rflag, piece, n_piece)
                         else:
                             x -= fv[u, _RATE]
                 rv[y, _LEFT] = x
@@ -393,12 +398,7 @@ def _local_solve(dirty, n_dirty, now, fl, rs, cr, ci, cj, user_idx, bf, bi, qs, 
         for i in range(n_failing):
             c = failing[i]
             cflag[c] &= ~_FAIL
-            for j in range(_R0, _R0 + cres[c, _NRES]):
-                r = cres[c, j]
-                if not rflag[r] & _ROPEN:
-                    rflag[r] |= _ROPEN
-                    opened[n_opened] = r
-                    n_opened += 1
+            n_opened = _take_path(c, _ROPEN, cres, rflag, opened, n_opened)
     if ok:
         for i in range(n_group):
             c = group[i]
