@@ -45,3 +45,34 @@ def test_the_hot_server_task_serialises_every_workers_push_at_the_grpc_rate():
     assert hot > 1.5 * _iteration("ideal", "round_robin")
     # spreading the bytes evenly over the four tasks removes the hotspot
     assert _iteration("tf-grpc", "even") < 0.5 * hot
+
+
+def test_tf_benchmarks_parameter_server_mode_places_variables_greedily():
+    """tf_cnn_benchmarks' distributed parameter_server mode passes GreedyLoadBalancingStrategy
+    (byte size) to replica_device_setter; distributed_replicated keeps the default
+    round-robin; other frameworks keep the caller's placement."""
+    from simulator.comparison.training import default_ps
+
+    ps_text = "TensorFlow distributed (parameter servers over gRPC)"
+    assert default_ps({"framework": ps_text}).sharding == "greedy"
+    assert default_ps({"framework": "TensorFlow 1.1.0 (tf_cnn_benchmarks): "
+                                    "distributed_replicated"}).sharding == "round_robin"
+    assert default_ps({"framework": "MXNet dist_sync kvstore"}).sharding == "round_robin"
+    # a forced implementation does not change where TensorFlow put the variables; gRPC
+    # forced on a row that names no framework means TensorFlow's placement
+    assert default_ps({"framework": ps_text}, impl="ideal").sharding == "greedy"
+    assert default_ps({"framework": "parameter servers"}).sharding == "round_robin"
+    assert default_ps({"framework": "parameter servers"}, impl="tf-grpc").sharding == "greedy"
+
+
+def test_greedy_placement_balances_a_network_of_conv_and_batch_norm_layers():
+    """Layers alternating weights and small batch-norm vectors: round-robin over an even
+    number of servers puts every weight on half the servers; greedy by bytes spreads them."""
+    from simulator.workload.models import get_model
+
+    grads = [layer.params * 4 for layer in get_model("resnet101").layers]
+    for policy, worst in (("round_robin", 1.9), ("greedy", 1.15)):
+        owner = place_variables(grads, 4, policy)
+        load = [sum(g for g, o in zip(grads, owner) if o == k) for k in range(4)]
+        ratio = max(load) / (sum(load) / 4)
+        assert (ratio >= worst) if policy == "round_robin" else (ratio <= worst), (policy, load)

@@ -249,13 +249,11 @@ def cmd_compare_training(args) -> int:
     framework = parse_framework(args.framework)
     ps = None
     if args.ps_impl not in (None, "auto"):
-        import dataclasses
-
         from ..comparison.training import default_ps
         from ..workload.ps_impls import get_ps_impl
 
         impl = get_ps_impl(args.ps_impl).name
-        ps = lambda record: dataclasses.replace(default_ps(record), impl=impl)  # noqa: E731
+        ps = lambda record: default_ps(record, impl=impl)  # noqa: E731
     measured = read_training(args.measured)
     if args.select:
         measured = select(measured, args.select)

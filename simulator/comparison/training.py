@@ -158,14 +158,16 @@ def precision_name(text: str, where: str = "") -> str:
                       f"accepted: {', '.join(PRECISION_NAMES)} (any case, among other words)")
 
 
-def default_ps(record: dict, base=None):
+def default_ps(record: dict, base=None, impl: str | None = None):
     """The parameter servers a ``ps`` point ran: TensorFlow's benchmarks put one on every
-    worker machine's CPU (``local_parameter_device=cpu``), variables round-robin;
-    ``distributed_replicated`` reduces inside each machine before pushing; a framework text
-    naming a ``dedicated server`` (``clustersim measure training``) gets one server on its own
-    host; the implementation
-    (gRPC, ps-lite, BytePS) follows the framework text (:func:`~simulator.workload.ps_impls.
-    detect_ps_impl`)."""
+    worker machine's CPU (``local_parameter_device=cpu``); ``distributed_replicated``
+    reduces inside each machine before pushing; a framework text naming a ``dedicated
+    server`` (``clustersim measure training``) gets one server on its own host; the
+    implementation (gRPC, ps-lite, BytePS) follows the framework text
+    (:func:`~simulator.workload.ps_impls.detect_ps_impl`) unless ``impl`` names one.
+
+    Variables are placed as tf_cnn_benchmarks placed them (:func:`tf_sharding`): greedy by
+    bytes in its distributed ``parameter_server`` mode, round-robin otherwise."""
     from ..workload.ps_impls import detect_ps_impl
     from ..workload.training import PsConfig
 
@@ -174,9 +176,28 @@ def default_ps(record: dict, base=None):
         base = PsConfig(servers=1, placement="dedicated")
     base = base or PsConfig(servers="per_node", placement="colocated")
     local = "distributed_replicated" in text.lower()
-    impl = base.impl if base.impl != "ideal" else detect_ps_impl(text).name
+    impl = impl or (base.impl if base.impl != "ideal" else detect_ps_impl(text).name)
+    sharding = tf_sharding(text, impl) or base.sharding
     return dataclasses.replace(base, local_aggregation=base.local_aggregation or local,
-                               impl=impl)
+                               impl=impl, sharding=sharding)
+
+
+def tf_sharding(text: str, impl: str) -> str | None:
+    """How TensorFlow's benchmarks spread variables over parameter-server tasks, for a row
+    whose framework text (and detected implementation ``impl``) says TensorFlow; None for
+    other frameworks.
+
+    tensorflow/benchmarks ``tf_cnn_benchmarks/variable_mgr.py`` (as of 615c4ff, 2017-08-29,
+    the code of the 2017 published runs): the distributed ``parameter_server`` mode
+    (``VariableMgrDistributedFetchFromPS.get_devices``) passes
+    ``GreedyLoadBalancingStrategy(len(ps_hosts), byte_size_load_fn)`` to
+    ``replica_device_setter``: each variable goes to the task holding the fewest bytes so
+    far (``greedy``). ``distributed_replicated`` creates its shadow variables under the
+    default ``replica_device_setter``, which places them round-robin (``round_robin``)."""
+    lowered = str(text or "").lower()
+    if impl != "tf-grpc" and "tensorflow" not in lowered:
+        return None
+    return "round_robin" if "distributed_replicated" in lowered else "greedy"
 
 
 def _aggregation(arch: str, library_name: str, where: str) -> tuple[str, str | None]:
