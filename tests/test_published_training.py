@@ -4,6 +4,8 @@ them."""
 
 from pathlib import Path
 
+import pandas as pd
+
 from simulator.comparison.training import compare_training, select, summarise_training
 from simulator.measure.schema import read_training
 from simulator.topology import load_topology
@@ -53,3 +55,21 @@ def test_horovod_readme_16_gpus_tensorflow_parameter_servers_placed_greedily():
     many = result[result["gpus"] == 16]
     assert len(many) == 1
     assert abs(many["speedup_error_pct"].iloc[0]) < 10.0, many["speedup_error_pct"]
+
+
+def test_horovod_readme_rows_that_summed_on_the_host_cpus_are_skipped_and_said():
+    """'TCP Horovod (allreduce on CPU)' summed its gradients with MPI in host memory, which the
+    simulator does not model: compare skips those rows with the reason instead of timing a GPU
+    all-reduce for them (+34 to +480 % before), and simulates them when --algorithm asks."""
+    frame = select(read_training(HOROVOD), ["hardware=4 servers", "framework=allreduce on CPU",
+                                            "model=InceptionV3"])
+    assert len(frame) == 4
+    graph = load_topology("dgx1-p100", {**HOROVOD_25G, "transport": "tcp"})
+    gpu_rows = select(read_training(HOROVOD), ["hardware=4 servers", "model=InceptionV3",
+                                               "framework=NCCL 2 allreduce on GPU over TCP"])
+    result = compare_training(pd.concat([frame, gpu_rows], ignore_index=True), graph)
+    assert set(result["gpus"]) == {1, 16} and len(result) == 2
+    skipped = result.attrs["skipped"]
+    assert len(skipped) == 4 and all("host CPUs" in why for why in skipped)
+    forced = compare_training(frame, graph, aggregation="ring")
+    assert len(forced) == 4 and not forced.attrs.get("skipped")

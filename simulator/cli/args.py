@@ -47,6 +47,7 @@ def add_library_arguments(parser) -> None:
                              "thread drives G GPUs, nccl-tests -g G), torch, none")
     parser.add_argument("--nccl-version", default=None, metavar="X.Y",
                         help="NCCL version whose constants to use (default: the newest, 2.30; "
+                             "1.x: NCCL 1, one ring in device order inside one machine; "
                              "compare: each point's nccl_version)")
 
 

@@ -200,6 +200,13 @@ def tf_sharding(text: str, impl: str) -> str | None:
     return "round_robin" if "distributed_replicated" in lowered else "greedy"
 
 
+def _on_host(text: str) -> bool:
+    """Whether a row's framework text says its all-reduce ran on the host CPUs (Horovod's
+    MPI path without ``HOROVOD_GPU_ALLREDUCE``: gradients copied to host memory, summed by
+    MPI there and copied back), not on the GPUs."""
+    return re.search(r"all-?reduce on (the )?(host )?cpus?\b", str(text or "").lower()) is not None
+
+
 def _aggregation(arch: str, library_name: str, where: str) -> tuple[str, str | None]:
     """(aggregation, library override) of a measured ``arch``."""
     arch = str(arch).strip().lower()
@@ -238,8 +245,9 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     aggregation : str, optional
         Simulate this aggregation for every point instead of the file's ``arch``.
 
-    Rows whose model, precision or arch the simulator does not know are skipped; their
-    reasons are in the result's ``attrs["skipped"]`` (an error if every row is).
+    Rows whose model, precision or arch the simulator does not know are skipped, and so are
+    GPU rows whose all-reduce ran on the host CPUs (:func:`_on_host`); their reasons are in
+    the result's ``attrs["skipped"]`` (an error if every row is).
     device : str, optional
         The compute model's device preset (default: the topology's).
     shared_cores : int, optional
@@ -261,6 +269,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     default_lib = resolve_library(library, graph)
     default_name = getattr(default_lib, "name", "ideal")
     ps = ps or default_ps
+    gpu_workers = graph.graph.get("builder") == "gpu_cluster"
     datasets = _datasets(measured)
     cache: dict = {}
     rows = []
@@ -279,6 +288,13 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             kind, lib_override = aggregation, None
         lib = resolve_library(lib_override, graph) if lib_override else default_lib
         text = point.get("framework") or point.get("notes") or ""
+        if not aggregation and kind not in ("ps", "direct") and gpu_workers and _on_host(text):
+            skipped.append(f"{where}{point['model']} on {gpus} GPU{'s' * (gpus != 1)}: its "
+                           f"all-reduce ran on the "
+                           f"host CPUs (MPI over host memory: {text!r}), which the simulator "
+                           f"does not model (its all-reduce runs on the GPUs); --algorithm "
+                           f"forces a GPU all-reduce for such rows")
+            continue
         fw = framework or detect_framework(text)
         measured_1 = float(point["throughput_samples_s"]) / float(point["speedup"])
         spec = TrainingSpec(

@@ -2,7 +2,8 @@
 
 A registry of libraries, like the algorithm registry: ``ideal`` (no library: the schedule on
 bare wires, the closed forms' contract) and ``nccl`` (NVIDIA's collective library: protocols,
-channels, per-step latencies, NVLS, its tuner; :mod:`simulator.library.nccl`). A library turns
+channels, per-step latencies, NVLS, its tuner; :mod:`simulator.library.nccl`; version 1.x:
+:mod:`simulator.library.nccl1`). A library turns
 one call into a :class:`~simulator.library.base.Plan`: data the engine consumes unchanged.
 
 :func:`default_library` picks ``nccl`` for GPU topologies (the ``gpu_cluster`` builder and its
@@ -16,14 +17,19 @@ from .base import Plan
 from .ideal import IdealLibrary
 from .launch import Launch, parse_launch
 from .nccl import NcclLibrary
+from .nccl1 import Nccl1Library, is_nccl1
 
 LIBRARIES = {"ideal": IdealLibrary, "nccl": NcclLibrary}
 
 
 def get_library(name: str, **settings):
-    """A library object by registered name (unknown names list the valid ones)."""
+    """A library object by registered name (unknown names list the valid ones); ``nccl`` at a
+    ``version`` of 1.x is NCCL 1 (:mod:`simulator.library.nccl1`), whose data path is not
+    NCCL 2's."""
     if not isinstance(name, str) or name not in LIBRARIES:
         raise unknown_name("library", name, LIBRARIES)
+    if name == "nccl" and is_nccl1(settings.get("version")):
+        return Nccl1Library(**settings)
     return LIBRARIES[name](**settings)
 
 

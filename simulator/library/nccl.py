@@ -142,6 +142,22 @@ def link_efficiency(kind: str, facts: MachineFacts) -> float:
     return 1.0
 
 
+def store_cost_graph(cache: dict, key, graph: nx.DiGraph, out: nx.DiGraph, library: str,
+                     cap_scale: float = 1.0) -> nx.DiGraph:
+    """Finish a library's costed copy ``out`` of ``graph``: every PCIe switch's aggregate cap
+    at NCCL's PCIe efficiency (times ``cap_scale``), the library's name on the graph; kept in
+    ``cache`` under ``key`` (at most 64 graphs) and returned."""
+    for node, attrs in out.nodes(data=True):
+        if attrs.get("throughput_bytes_per_s"):
+            attrs["throughput_bytes_per_s"] = (graph.nodes[node]["throughput_bytes_per_s"]
+                                               * PCIE_EFFICIENCY * cap_scale)
+    out.graph["library"] = library
+    if len(cache) > 64:
+        cache.clear()
+    cache[key] = (graph, out)
+    return out
+
+
 class NcclLibrary:
     """NCCL's cost model, tuner and protocol costs (see the module docstring).
 
@@ -657,15 +673,7 @@ class NcclLibrary:
                 attrs["latency_s"] = max(0.0, inter_us - intra_us) * 1e-6
             else:
                 attrs["latency_s"] = 0.0
-        for node, attrs in out.nodes(data=True):
-            if attrs.get("throughput_bytes_per_s"):
-                attrs["throughput_bytes_per_s"] = (graph.nodes[node]["throughput_bytes_per_s"]
-                                                   * PCIE_EFFICIENCY * scale * intra_scale)
-        out.graph["library"] = self.name
-        if len(self._graphs) > 64:
-            self._graphs.clear()
-        self._graphs[key] = (graph, out)
-        return out
+        return store_cost_graph(self._graphs, key, graph, out, self.name, scale * intra_scale)
 
 
 def _protocol(text: str) -> str:

@@ -1,0 +1,96 @@
+"""NCCL 1.x (simulator.library.nccl1): one ring in device order on one block per GPU, inside
+one machine, as NVIDIA/nccl v1.3.4-1 runs it."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+from simulator.collective import run_collective
+from simulator.errors import ConfigError
+from simulator.library import get_library
+from simulator.library.nccl import NcclLibrary
+from simulator.library.nccl1 import Nccl1Library, is_nccl1
+from simulator.library.nccl_constants import PCIE_EFFICIENCY
+from simulator.schedules import make_schedule
+from simulator.schedules.execute import verify
+from simulator.topology import load_topology
+
+DGX1 = load_topology("dgx1-p100", {})
+
+
+def test_version_one_selects_nccl1_and_two_keeps_nccl2():
+    assert is_nccl1("1.3") and is_nccl1("1.3.4") and not is_nccl1("2.18") and not is_nccl1(None)
+    assert isinstance(get_library("nccl", version="1.3.4"), Nccl1Library)
+    assert isinstance(get_library("nccl", version="2.18"), NcclLibrary)
+    assert isinstance(get_library("nccl"), NcclLibrary)
+
+
+def test_dgx1_ring_in_device_order_crosses_pcie_where_neighbours_have_no_nvlink():
+    """GPUs 3 -> 4 and 7 -> 0 of a DGX-1 have no NVLink: NCCL 1 sends those hops through PCIe
+    and the host (it never forwards over a third GPU), so its one ring runs at NCCL's PCIe
+    rate, 12 GB/s, where NCCL 2's eight NVLink rings reach several times that."""
+    lib = get_library("nccl", version="1.3")
+    plan = lib.plan(DGX1, "allreduce", "auto", 64 << 20, 8)
+    assert (plan.algorithm, plan.channels, plan.protocol) == ("ring", 1, "Simple")
+    assert plan.notes["ring"].startswith("n0.gpu0 -> n0.gpu1 -> n0.gpu2 -> n0.gpu3 -> n0.gpu4")
+    path = nx.shortest_path(plan.graph, "n0.gpu3", "n0.gpu4")
+    assert not any(node.startswith("n0.gpu") for node in path[1:-1]) and "n0.bridge" in path
+    assert plan.graph.has_edge("n0.gpu0", "n0.gpu1") and not plan.graph.has_edge("n0.gpu0",
+                                                                                   "n0.gpu4")
+    size = 256 << 20
+    old = run_collective(DGX1, "allreduce", "ring", size, library=lib, launch="none")
+    pcie = 15.75e9 * PCIE_EFFICIENCY                # the preset's Gen3 x16 at NCCL's 12 GB/s
+    assert pcie == pytest.approx(12e9, rel=1e-3)
+    busbw = 2 * 7 / 8 * size / old.row["time_s"]
+    assert busbw == pytest.approx(pcie, rel=0.02) and busbw <= pcie
+    new = run_collective(DGX1, "allreduce", "auto", size, library="nccl", launch="none")
+    assert new.row["time_s"] < old.row["time_s"] / 3
+
+
+def test_the_plans_schedule_leaves_every_rank_with_the_sum():
+    plan = get_library("nccl", version="1.3").plan(DGX1, "allreduce", "ring", 1 << 20, 8)
+    schedule = make_schedule(plan.algorithm, "allreduce", 8, 1 << 20, **plan.options)
+    assert verify(schedule) == []
+    assert schedule.ranks == 8
+
+
+@pytest.mark.parametrize("collective, algorithm, protocol, gpus, graph, words", [
+    ("allreduce", "tree", None, 8, DGX1, "one ring"),
+    ("allreduce", "ring", "LL", 8, DGX1, "LL and LL128 came with NCCL 2"),
+    ("alltoall", "auto", None, 8, DGX1, "no alltoall"),
+    ("allreduce", "ring", None, 16, load_topology("dgx1-p100", {"nodes": 2}),
+     "inside one machine"),
+])
+def test_what_nccl1_cannot_do_says_why(collective, algorithm, protocol, gpus, graph, words):
+    lib = get_library("nccl", version="1.3")
+    assert words in lib.unavailable(graph, collective, algorithm, gpus, protocol=protocol)
+    with pytest.raises(ConfigError, match=words):
+        lib.plan(graph, collective, algorithm, 1 << 20, gpus, protocol=protocol)
+
+
+def test_tensorflow_2017_replicated_vgg16_runs_slower_on_nccl1():
+    """tf_cnn_benchmarks' replicated mode with NCCL on one DGX-1 (TensorFlow of May 2017,
+    whose contrib NCCL ops ran NCCL 1.3): NCCL 1's single device-order ring takes longer
+    than NCCL 2's NVLink rings, so the simulated 8-GPU speedup falls towards the measured one
+    (7.02x; NCCL 2.30 gives 7.84x, NCCL 1.3 7.65x when this test was written)."""
+    from pathlib import Path
+
+    from simulator.comparison.training import compare_training, select
+    from simulator.library import training_library
+    from simulator.measure.schema import read_training
+
+    data = Path(__file__).parent / "data" / "training" / \
+        "train_tf_benchmarks_2017_ps_vs_replicated.csv"
+    frame = select(read_training(data), ["hardware=DGX-1", "framework=replicated (with NCCL)",
+                                         "model=VGG16"])
+    frame = frame[~frame["hardware"].str.contains("same") & frame["gpus"].isin([1, 8])
+                  ].reset_index(drop=True)         # the table's first setup, batch 64
+    assert len(frame) == 2
+    speedups = {}
+    for version in ("2.30", "1.3"):
+        lib = training_library(DGX1, "nccl", version=version)
+        result = compare_training(frame, DGX1, library=lib)
+        speedups[version] = float(result.loc[result["gpus"] == 8, "simulated_speedup"].iloc[0])
+    measured = float(frame.loc[frame["gpus"] == 8, "speedup"].iloc[0])
+    assert measured < speedups["1.3"] < speedups["2.30"]
