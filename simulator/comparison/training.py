@@ -231,6 +231,10 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
                      shared_cores: int | None = None, overheads="auto") -> pd.DataFrame:
     """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
 
+    Rows whose model, precision or arch the simulator does not know are skipped, and so are
+    rows on a GPU topology whose all-reduce ran on the host CPUs (see ``_on_host``); the
+    reasons are in the result's ``attrs["skipped"]`` (an error if every row is).
+
     Parameters
     ----------
     library : str, library object or None
@@ -244,10 +248,6 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         The parameter servers of a ``ps`` point (default :func:`default_ps`).
     aggregation : str, optional
         Simulate this aggregation for every point instead of the file's ``arch``.
-
-    Rows whose model, precision or arch the simulator does not know are skipped, and so are
-    GPU rows whose all-reduce ran on the host CPUs (:func:`_on_host`); their reasons are in
-    the result's ``attrs["skipped"]`` (an error if every row is).
     device : str, optional
         The compute model's device preset (default: the topology's).
     shared_cores : int, optional
