@@ -20,6 +20,7 @@ size, e.g. ``8GiB``), by default half of this machine's RAM.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 
@@ -44,8 +45,10 @@ ACCESS_BYTES = 32
 _limit: int | None = None
 
 
+@functools.lru_cache(maxsize=1)
 def machine_memory_bytes() -> int:
-    """This machine's RAM (``/proc/meminfo`` or sysconf), 8 GiB when neither tells."""
+    """This machine's RAM (``/proc/meminfo`` or sysconf), 8 GiB when neither tells; read once
+    per process (every check of a run asks, a training run thousands of times)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
