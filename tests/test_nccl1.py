@@ -26,26 +26,33 @@ def test_version_one_selects_nccl1_and_two_keeps_nccl2():
     assert isinstance(get_library("nccl"), NcclLibrary)
 
 
-def test_dgx1_ring_in_device_order_crosses_pcie_where_neighbours_have_no_nvlink():
-    """GPUs 3 -> 4 and 7 -> 0 of a DGX-1 have no NVLink: NCCL 1 sends those hops through PCIe
-    and the host (it never forwards over a third GPU), so its one ring runs at NCCL's PCIe
-    rate, 12 GB/s, where NCCL 2's eight NVLink rings reach several times that."""
+def test_dgx1_ring_in_device_order_crosses_qpi_where_neighbours_have_no_nvlink():
+    """GPUs 3 -> 4 and 7 -> 0 of a DGX-1 have no NVLink and sit under different CPU sockets:
+    NCCL 1 sends those hops through PCIe, the host and QPI (it never forwards over a third
+    GPU), so its one ring runs at NCCL's Broadwell QPI rate, 6 GB/s (``QPI_BW``); under one
+    socket it would run at NCCL's PCIe rate, 12 GB/s; NCCL 2's eight NVLink rings reach
+    several times either."""
     lib = get_library("nccl", version="1.3")
     plan = lib.plan(DGX1, "allreduce", "auto", 64 << 20, 8)
     assert (plan.algorithm, plan.channels, plan.protocol) == ("ring", 1, "Simple")
     assert plan.notes["ring"].startswith("n0.gpu0 -> n0.gpu1 -> n0.gpu2 -> n0.gpu3 -> n0.gpu4")
     path = nx.shortest_path(plan.graph, "n0.gpu3", "n0.gpu4")
-    assert not any(node.startswith("n0.gpu") for node in path[1:-1]) and "n0.bridge" in path
+    assert not any(node.startswith("n0.gpu") for node in path[1:-1])
+    assert "n0.bridge" in path and "n0.bridge1" in path
     assert plan.graph.has_edge("n0.gpu0", "n0.gpu1") and not plan.graph.has_edge("n0.gpu0",
                                                                                    "n0.gpu4")
     size = 256 << 20
     old = run_collective(DGX1, "allreduce", "ring", size, library=lib, launch="none")
+    busbw = 2 * 7 / 8 * size / old.row["time_s"]
+    assert busbw == pytest.approx(6e9, rel=0.02) and busbw <= 6e9
+    one_socket = load_topology("dgx1-p100", {"sockets": 1})
+    flat = run_collective(one_socket, "allreduce", "ring", size, library=lib, launch="none")
     pcie = 15.75e9 * PCIE_EFFICIENCY                # the preset's Gen3 x16 at NCCL's 12 GB/s
     assert pcie == pytest.approx(12e9, rel=1e-3)
-    busbw = 2 * 7 / 8 * size / old.row["time_s"]
+    busbw = 2 * 7 / 8 * size / flat.row["time_s"]
     assert busbw == pytest.approx(pcie, rel=0.02) and busbw <= pcie
     new = run_collective(DGX1, "allreduce", "auto", size, library="nccl", launch="none")
-    assert new.row["time_s"] < old.row["time_s"] / 3
+    assert new.row["time_s"] < flat.row["time_s"] / 3
 
 
 def test_the_plans_schedule_leaves_every_rank_with_the_sum():

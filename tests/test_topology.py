@@ -304,8 +304,12 @@ def test_nvlink_ring_and_mesh_routes():
     two_links = router.path("n0.gpu0", "n0.gpu3")
     assert two_links.hops == 1 and router.capacity(two_links.resources[0]) == 50e9
     no_nvlink = router.path("n0.gpu0", "n0.gpu5")
-    assert node_kinds(dgx1, no_nvlink) == ["gpu", "pcie_switch", "host_bridge", "pcie_switch",
-                                            "gpu"]
+    # GPU 0 and GPU 5 sit under different sockets: the path crosses QPI (SYS)
+    assert node_kinds(dgx1, no_nvlink) == ["gpu", "pcie_switch", "host_bridge", "host_bridge",
+                                            "pcie_switch", "gpu"]
+    assert link_kinds(dgx1, no_nvlink) == ["pcie", "pcie", "smp", "pcie", "pcie"]
+    same_socket = router.path("n0.gpu1", "n0.gpu3")
+    assert "smp" not in link_kinds(dgx1, same_socket)
 
 
 def test_dgx1_nvlink_mesh_has_six_links_per_gpu():

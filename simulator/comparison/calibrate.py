@@ -64,14 +64,15 @@ __all__ = ["Calibration", "FitParameter", "LINK_CLASSES", "calibrate", "calibrat
            "nelder_mead", "split_points"]
 
 #: Link class -> edge kinds of the topology graph.
-LINK_CLASSES = {"nvlink": ("nvlink", "nvswitch"), "pcie": ("pcie",),
+LINK_CLASSES = {"nvlink": ("nvlink", "nvswitch"), "pcie": ("pcie", "smp"),
                 "network": ("ib", "ethernet")}
 
 #: builder -> class -> (bandwidth parameters, latency parameters); "reduce" -> rate parameters.
 _BUILDER_PARAMS = {
     "gpu_cluster": {
         "nvlink": (("nvlink_bandwidth",), ("nvlink_latency",)),
-        "pcie": (("pcie_bandwidth", "host_bridge_bandwidth"), ("pcie_latency",)),
+        "pcie": (("pcie_bandwidth", "host_bridge_bandwidth", "socket_link_bandwidth"),
+                 ("pcie_latency",)),
         "network": (("nic_bandwidth", "uplink_bandwidth", "ps_bandwidth"),
                     ("nic_latency", "uplink_latency")),
         "reduce": ("reduce_bandwidth",),

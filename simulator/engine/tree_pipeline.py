@@ -73,7 +73,8 @@ def tree_layout(collective: str, algorithm: str, ranks: int, size_bytes: int, op
     from ..schedules.tree import btree, positive_int, resolve_root
 
     if algorithm == "double_binary_tree":
-        trees = channel_trees(ranks, options.get("channels", 1), options.get("local_ranks"))
+        trees = channel_trees(ranks, options.get("channels", 1), options.get("local_ranks"),
+                              options.get("chains"))
         segments = options.get("segments")
         if segments is None:
             segments = segments_for(-(-int(size_bytes) // len(trees)),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from ..topology.devices import socket_link
 from ..topology.graph import endpoints
 
 #: Compute capability by device-name prefix (NVIDIA CUDA GPUs list, developer.nvidia.com/
@@ -77,6 +78,10 @@ class MachineFacts:
         NICs of a machine.
     sharp : bool
         The fabric reduces in-network (the topology's ``sharp`` parameter).
+    cpu_family : str
+        The host CPU's class as NCCL's topology code sees it (``bdw``, ``skl``, ``srp``,
+        ``erp``, ``amd``, ``arm``): it sets NCCL's rate between sockets
+        (:func:`~simulator.library.nccl_constants.inter_cpu_GBps`).
     """
 
     ranks: int
@@ -93,6 +98,7 @@ class MachineFacts:
     sharp: bool = False
     network: str = "ib"
     local_ranks_min: int = 0
+    cpu_family: str = ""
 
 
 def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
@@ -122,7 +128,20 @@ def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
         gpu_nic_path=path, nics=sum(1 for n in machine_nodes
                                     if graph.nodes[n].get("kind") == "nic"),
         sharp=bool(params.get("sharp", False)), network=str(params.get("network", "ib")),
-        local_ranks_min=min(per_machine.values(), default=0))
+        local_ranks_min=min(per_machine.values(), default=0), cpu_family=cpu_family(cpu))
+
+
+def cpu_family(cpu: str) -> str:
+    """NCCL's class of CPU preset ``cpu`` (see :class:`MachineFacts`)."""
+    link = socket_link(cpu)
+    text = str(cpu).lower()
+    if link is not None:
+        return link.family
+    if "epyc" in text or "amd" in text:
+        return "amd"
+    if "grace" in text or "arm" in text:
+        return "arm"
+    return ""
 
 
 def node_index_slot(nodes: int) -> int:

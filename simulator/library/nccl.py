@@ -59,6 +59,7 @@ import networkx as nx
 
 from ..errors import ConfigError
 from ..topology.graph import endpoints
+from ..topology.rings import ring_orders
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
@@ -66,7 +67,8 @@ from .netplugins import NcclSettings, network_step_latency_us, nccl_settings
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath,
                        tree_chunk_bytes)
-from .nccl_constants import NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version
+from .nccl_constants import (NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version,
+                             inter_cpu_GBps)
 
 #: User-facing algorithm names and the NCCL algorithm each is.
 NCCL_ALGORITHM = {"ring": "ring", "tree": "tree", "double_binary_tree": "tree",
@@ -140,6 +142,71 @@ def link_efficiency(kind: str, facts: MachineFacts) -> float:
     if kind in NETWORK_LINK_KINDS:
         return framing(kind, facts.transport).efficiency
     return 1.0
+
+
+def link_rate(kind: str, bandwidth_bytes_per_s: float, facts: MachineFacts,
+              release: tuple | None = None) -> float:
+    """A link's rate as NCCL's topology model takes it, bytes/s: the nominal rate times
+    :func:`link_efficiency`; a link between CPU sockets (``smp``) at NCCL's inter-CPU bandwidth
+    of the host's CPU class and the NCCL ``release`` (``topo.h``), at most its nominal rate."""
+    if kind == "smp":
+        return min(bandwidth_bytes_per_s, inter_cpu_GBps(facts.cpu_family, release) * 1e9)
+    return bandwidth_bytes_per_s * link_efficiency(kind, facts)
+
+
+def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list | None:
+    """Each tree channel's chain through a machine (local GPU indices, head first) as NCCL
+    builds it, or None where that is the default rotation (``c x local // channels`` onwards).
+
+    NCCL's trees follow the channels its search found (``src/graph/search.cc``: every channel
+    starts at a NIC, enters the machine through a GPU on the best path from it and visits the
+    GPUs over the best links; ``trees.cc`` chains them in that order). On machines whose GPUs
+    are joined point to point (a DGX-1's NVLink cube-mesh) these are the NIC-local NVLink paths
+    of :func:`simulator.topology.rings.ring_orders`, never a PCIe hop between GPUs; they
+    replace the rotation where it would hop between two GPUs without a direct link (a
+    DGX-1's 3 -> 4). Elsewhere (NVSwitch machines, all-to-all NVLink, PCIe-only boxes) the
+    rotation stands, except that a head farther from every NIC than its machine's closest
+    GPUs (eight GPUs sharing one NIC) becomes the next GPU in chain order that is closest, not
+    one across the host bridge or the CPU sockets.
+    """
+    default = [[(c * local // channels + i) % local for i in range(local)]
+               for c in range(channels)]
+    machine = endpoints(graph)[:gpus][:local]
+    if not machine:
+        return None
+    direct = all(graph.has_edge(machine[a], machine[b])
+                 for chain in default for a, b in zip(chain, chain[1:]))
+    plan = ring_orders(graph, gpus) if not direct else None
+    if plan is not None and plan.method == "nic-paths" and plan.orders:
+        chains = [list(plan.orders[c % len(plan.orders)][:local]) for c in range(channels)]
+        if all(sorted(chain) == list(range(local)) for chain in chains):
+            return None if chains == default else chains
+    index = graph.nodes[machine[0]].get("node_index", 0)
+    hops = {}
+    for gpu in machine:
+        seen, frontier, depth, found = {gpu}, [gpu], 0, None
+        while frontier and found is None:
+            depth += 1
+            nxt = []
+            for node in frontier:
+                for v in graph.successors(node):
+                    attrs = graph.nodes[v]
+                    if v in seen or attrs.get("node_index") != index \
+                            or attrs.get("kind") in ("gpu", "cpu", "nvswitch"):
+                        continue
+                    found = depth if attrs.get("kind") == "nic" else found
+                    seen.add(v)
+                    nxt.append(v)
+            frontier = nxt
+        hops[gpu] = math.inf if found is None else found
+    best = min(hops.values())
+    if not math.isfinite(best):
+        return None
+    chains = []
+    for chain in default:
+        step = next(k for k in range(local) if hops[machine[chain[k]]] == best)
+        chains.append(chain[step:] + chain[:step])
+    return None if chains == default else chains
 
 
 def store_cost_graph(cache: dict, key, graph: nx.DiGraph, out: nx.DiGraph, library: str,
@@ -590,6 +657,10 @@ class NcclLibrary:
                                        facts.ranks_per_node, self._simple_buffer(facts))
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
+            chains = (self._tree_chains(graph, gpus, tree_channels, local) if facts.nodes > 1
+                      else None)
+            if chains is not None:
+                options["chains"] = chains
         elif c.algorithm == "collnet_direct":
             # In-network reduction: the collnet schedule (intra-machine reduce-scatter, the
             # fabric switch sums every block, intra-machine all-gather) pipelined in NCCL's
@@ -647,6 +718,15 @@ class NcclLibrary:
                 facts.generation, (math.inf,) * 3)[0])
         return speed / 2.0
 
+    def _tree_chains(self, graph: nx.DiGraph, gpus: int, channels: int, local: int):
+        """:func:`tree_chains`, kept per graph (the ring search behind it is not free)."""
+        key = ("chains", id(graph), gpus, channels, local)
+        cached = self._graphs.get(key)
+        if cached is None or cached[0] is not graph:
+            cached = (graph, tree_chains(graph, gpus, channels, local))
+            self._graphs[key] = cached
+        return cached[1]
+
     def _cost_graph(self, graph: nx.DiGraph, facts: MachineFacts, scale: float,
                     intra_us: float, inter_us: float, nvlink_scale: float = 1.0,
                     intra_scale: float = 1.0) -> nx.DiGraph:
@@ -664,7 +744,8 @@ class NcclLibrary:
         for a, b, attrs in out.edges(data=True):
             kind = attrs.get("kind")
             attrs["bandwidth_bytes_per_s"] = (
-                graph.edges[a, b]["bandwidth_bytes_per_s"] * link_efficiency(kind, facts) * scale
+                link_rate(kind, graph.edges[a, b]["bandwidth_bytes_per_s"], facts, self.release)
+                * scale
                 * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0)
                 * (intra_scale if kind not in NETWORK_LINK_KINDS else 1.0))
             if kinds.get(a) == "gpu":

@@ -34,7 +34,7 @@ from ..topology.graph import endpoints
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .machine import machine_facts
-from .nccl import link_efficiency, store_cost_graph
+from .nccl import link_rate, store_cost_graph
 
 #: The collectives NCCL 1.x implements (``src/*.cu``), all on its ring.
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
@@ -117,6 +117,6 @@ class Nccl1Library:
                                if kinds.get(a) == "gpu" and kinds.get(b) == "gpu"
                                and frozenset((a, b)) not in neighbours])
         for a, b, attrs in out.edges(data=True):
-            attrs["bandwidth_bytes_per_s"] = (graph.edges[a, b]["bandwidth_bytes_per_s"]
-                                              * link_efficiency(attrs.get("kind"), facts))
+            attrs["bandwidth_bytes_per_s"] = link_rate(
+                attrs.get("kind"), graph.edges[a, b]["bandwidth_bytes_per_s"], facts)
         return store_cost_graph(self._graphs, key, graph, out, self.name)

@@ -14,6 +14,8 @@ files older GPUs under Volta); node-count index ``N1, N2, N4`` (1, 2, more nodes
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -268,6 +270,35 @@ RING_STEPS = {"allreduce": (NCCL_STEPS // 2, NCCL_STEPS // 4),
 #: whose graph bandwidth is at most this runs Simple with 256 threads, else 512
 #: (``tuning.cc``: ``simpleDefaultThreads``).
 PCI_BW = 12.0
+
+
+def inter_cpu_GBps(family: str, release: tuple | None = None) -> float:
+    """NCCL's bandwidth between two CPU sockets, GB/s (``ncclTopoGetInterCpuBw``).
+
+    ``family`` is the CPU class NCCL detects (``ncclTopoCpuType``): ``"bdw"`` (Intel before
+    Skylake), ``"skl"``, ``"srp"``, ``"erp"``, ``"amd"``, ``"arm"``; ``release`` the NCCL
+    ``(major, minor)`` (None: the newest). Values of ``src/graph/topo.h``: v2.5.6 ``QPI_WIDTH``
+    8 and ``SKL_QPI_WIDTH`` 12; v2.6.4 6.0 and 9.0 (``ARM_WIDTH`` 6.0); v2.18.1 ``SKL_QPI_BW``
+    10.0; v2.19.1 ``AMD_BW`` 16.0 (before it an AMD host's sockets were not limited:
+    ``LOC_BW``); v2.26.2 ``SRP_QPI_BW`` 22.0 and ``ERP_QPI_BW`` 40.0 (before it NCCL classed
+    those CPUs as Skylake: ``modelId >= 0x55``). An unknown family is not limited (inf).
+    """
+    release = release or (99, 99)
+    if family in ("srp", "erp") and release < (2, 26):
+        family = "skl"
+    if family == "bdw":
+        return 8.0 if release < (2, 6) else 6.0
+    if family == "skl":
+        return 12.0 if release < (2, 6) else 9.0 if release < (2, 18) else 10.0
+    if family == "srp":
+        return 22.0
+    if family == "erp":
+        return 40.0
+    if family == "amd":
+        return math.inf if release < (2, 19) else 16.0
+    if family == "arm":
+        return 6.0
+    return math.inf
 
 
 def get_version(text: str | None) -> NcclVersion:

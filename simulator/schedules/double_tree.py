@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
 from .base import Schedule
 from .tree import Tree, btree, from_parent, positive_int, tree_schedule
 
@@ -50,7 +51,8 @@ def segments_for(part_bytes: int, segment_bytes: int) -> int:
     return max(1, -(-int(part_bytes) // segment_bytes))
 
 
-def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None) -> list[Tree]:
+def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None,
+                  chains=None) -> list[Tree]:
     """The two complementary trees of every channel, ``2 x channels`` trees in all.
 
     Without ``local_ranks`` (or with one machine's worth of ranks equal to ``p`` and one
@@ -61,6 +63,10 @@ def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None) -> 
     chain of its GPUs, entered through the channel's head GPU ``c x L // channels`` (so each
     channel crosses machines on another GPU's NIC); across machines a double binary tree over the
     machines, joining their heads. On one machine the pair is the chain and its reverse.
+    ``chains`` (per channel, the machine's local indices in chain order, head first) replaces
+    the default rotation: NCCL's trees follow the paths its search found, which enter each
+    machine through a GPU beside the channel's NIC and travel NVLink inside
+    (:mod:`simulator.library.nccl` chooses them).
     """
     channels = positive_int("channels", channels)
     if local_ranks is None:
@@ -70,12 +76,18 @@ def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None) -> 
         local_ranks = p
     local = positive_int("local_ranks", local_ranks)
     if p % local or local > p:
-        local = p
+        local, chains = p, None      # ranks that do not fill machines: one chain of them all
     machines = p // local
     out = []
+    if chains is not None:
+        chains = [[int(g) for g in chain] for chain in chains]
+        if len(chains) != channels or any(sorted(chain) != list(range(local))
+                                          for chain in chains):
+            raise ConfigError(f"option chains: expected {channels} orders of the local indices "
+                              f"0..{local - 1}, got {chains!r}")
     for c in range(channels):
         head = (c * local // channels) % local
-        chain = [(head + i) % local for i in range(local)]
+        chain = [(head + i) % local for i in range(local)] if chains is None else chains[c]
         if machines == 1:
             pairs = [(None, chain), (None, chain[::-1])]
         else:
@@ -95,13 +107,14 @@ def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None) -> 
 
 def double_binary_tree(collective: str, ranks: int, size_bytes: int, segments: int | None = None,
                        segment_bytes: int = DEFAULT_SEGMENT_BYTES, channels: int = 1,
-                       local_ranks: int | None = None) -> Schedule:
+                       local_ranks: int | None = None, chains=None) -> Schedule:
     """Each channel's two complementary trees carry an equal share of the message.
 
     ``channels`` (default 1: NCCL's two trees) runs the pair on that many channels
-    (:func:`channel_trees`); ``local_ranks`` is the ranks per machine they rotate within.
+    (:func:`channel_trees`); ``local_ranks`` is the ranks per machine they rotate within;
+    ``chains`` each channel's order of a machine's GPUs (local indices, head first).
     """
-    trees = channel_trees(ranks, channels, local_ranks)
+    trees = channel_trees(ranks, channels, local_ranks, chains)
     if segments is None:
         segments = segments_for(-(-int(size_bytes) // len(trees)), segment_bytes)
     return tree_schedule(collective, "double_binary_tree", ranks, size_bytes, trees, segments)

@@ -24,7 +24,7 @@ import numbers
 import networkx as nx
 
 from simulator.errors import ConfigError, unknown_name
-from simulator.topology.devices import get_device
+from simulator.topology.devices import SOCKET_LINKS, get_device, socket_link
 from simulator.topology.graph import add_duplex, new_graph, validate
 from simulator.units import parse_bandwidth, parse_duration
 
@@ -250,11 +250,25 @@ def _nic_attach(value, nics: int, switches: int) -> list:
     return list(value)
 
 
+def _socket_link_bandwidth(value, sockets: int, cpu: str):
+    """Per-direction rate of the links between two sockets, bytes/s (None for one socket)."""
+    if value is not None:
+        return _bandwidth(value, "socket_link_bandwidth")
+    if sockets == 1:
+        return None
+    link = socket_link(cpu)
+    if link is None:
+        raise ConfigError(f"socket_link_bandwidth: the cpu preset {cpu!r} carries no socket-link "
+                          f"figure (presets with one: {', '.join(sorted(SOCKET_LINKS))}); give "
+                          f"the rate of its links between sockets, e.g. '38.4 GB/s'")
+    return link.bandwidth_bytes_per_s
+
+
 def gpu_cluster(
     nodes=2, gpus_per_node=8, gpu="a100-sxm4-40gb", reduce_bandwidth=None,
     intra="nvswitch", nvlink_bandwidth="300 GB/s", nvlink_latency="0.5 us", nvlink_pairs=None,
     pcie_bandwidth="31.5 GB/s", pcie_latency="0.5 us", pcie_switches=4,
-    host_bridge_bandwidth=None, cpu="cpu-host",
+    host_bridge_bandwidth=None, cpu="cpu-host", sockets=1, socket_link_bandwidth=None,
     nics_per_node=1, nic_bandwidth="200 Gbps", nic_latency="0.35 us", nic_attach=None,
     network="ib", fabric="star", nics_per_leaf=8, spines=2, uplink_bandwidth=None,
     uplink_latency="0.5 us", ps_hosts=0, ps_bandwidth=None, ps_reduce_bandwidth=None,
@@ -266,7 +280,15 @@ def gpu_cluster(
     ``pcie{k}`` (GPU ``j`` sits under switch ``j * pcie_switches // gpus_per_node``); the host
     bridge ``bridge`` (the CPU's PCIe root complex) above the switches; the CPU ``cpu`` and its
     memory below the bridge; NICs ``nic{k}`` on a PCIe switch or on the bridge. With
-    ``pcie_switches = 0`` every GPU and NIC sits directly on a root port of the bridge. The
+    ``pcie_switches = 0`` every GPU and NIC sits directly on a root port of the bridge. With
+    ``sockets = S > 1`` the host has S root complexes, ``bridge`` (socket 0) and ``bridge{s}``,
+    joined pairwise by ``smp`` links (Intel QPI/UPI) of ``socket_link_bandwidth``; switch ``k``
+    hangs under socket ``k * S // pcie_switches`` (without switches GPU ``j`` under socket
+    ``j * S // G`` and NIC ``k`` under ``k * S // nics``), so a GPU reaches a GPU or NIC of the
+    other socket across the socket link (``SYS`` in ``nvidia-smi topo -m``). ``cpu`` stays the
+    machine's CPU as one device (both sockets' compute and memory, on socket 0); ``cpu{s}``
+    stands for socket ``s``'s memory (a per-socket share of the preset's bandwidth), where
+    transfers between GPUs of socket ``s`` are staged without peer-to-peer. The
     intra-machine GPU fabric is one of:
 
     * ``"nvswitch"``: every GPU has one link of ``nvlink_bandwidth`` to ``n{i}.nvswitch`` (one
@@ -330,6 +352,12 @@ def gpu_cluster(
     cpu : str
         Device preset of the host CPU (and of parameter-server hosts); its memory bandwidth is
         the bridge-CPU link.
+    sockets : int
+        CPU sockets (root complexes) per machine, >= 1 (default 1: one host bridge).
+    socket_link_bandwidth : bandwidth or None
+        Per direction of the links between two sockets (all QPI/UPI links together);
+        ``None`` takes the ``cpu`` preset's figure
+        (:data:`~simulator.topology.devices.SOCKET_LINKS`), an error where it has none.
     nics_per_node : int
         NICs per machine, >= 1.
     nic_bandwidth : bandwidth
@@ -400,6 +428,8 @@ def gpu_cluster(
     pcie_lat = _latency(pcie_latency, "pcie_latency")
     switches = _count(pcie_switches, "pcie_switches", 0)
     bridge_cap = _optional_bandwidth(host_bridge_bandwidth, "host_bridge_bandwidth")
+    sockets = _count(sockets, "sockets")
+    socket_bw = _socket_link_bandwidth(socket_link_bandwidth, sockets, cpu_device.name)
     nics = _count(nics_per_node, "nics_per_node")
     nic_bw = _bandwidth(nic_bandwidth, "nic_bandwidth")
     nic_lat = _latency(nic_latency, "nic_latency")
@@ -432,7 +462,8 @@ def gpu_cluster(
         "intra": intra, "nvlink_bandwidth": nvlink_bw, "nvlink_latency": nvlink_lat,
         "nvlink_pairs": [list(p) for p in pairs] or None, "pcie_bandwidth": pcie_bw,
         "pcie_latency": pcie_lat, "pcie_switches": switches, "host_bridge_bandwidth": bridge_cap,
-        "cpu": cpu, "nics_per_node": nics, "nic_bandwidth": nic_bw, "nic_latency": nic_lat,
+        "cpu": cpu, "sockets": sockets, "socket_link_bandwidth": socket_bw,
+        "nics_per_node": nics, "nic_bandwidth": nic_bw, "nic_latency": nic_lat,
         "nic_attach": attach, "network": network, "fabric": fabric, "nics_per_leaf": per_leaf,
         "spines": spines, "uplink_bandwidth": up_bw, "uplink_latency": up_lat,
         "ps_hosts": ps_count, "ps_bandwidth": ps_bw, "ps_reduce_bandwidth": ps_reduce,
@@ -442,7 +473,8 @@ def gpu_cluster(
     ports = []
     for i in range(nodes):
         _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvlink_bw,
-                     nvlink_lat, pairs, pcie_bw, pcie_lat, switches, bridge_cap, attach)
+                     nvlink_lat, pairs, pcie_bw, pcie_lat, switches, bridge_cap, attach,
+                     sockets, socket_bw)
         for k in range(nics):
             graph.add_node(f"n{i}.nic{k}", kind="nic", node_index=i, local_index=k)
             ports.append(f"n{i}.nic{k}")
@@ -461,28 +493,46 @@ def gpu_cluster(
 
 
 def _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvlink_bw,
-                 nvlink_lat, pairs, pcie_bw, pcie_lat, switches, bridge_cap, attach):
-    """One machine's GPUs, PCIe tree, CPU, NVLink fabric and NIC attachments."""
+                 nvlink_lat, pairs, pcie_bw, pcie_lat, switches, bridge_cap, attach,
+                 sockets=1, socket_bw=None):
+    """One machine's GPUs, PCIe tree (one root complex per socket), CPU, NVLink fabric and NIC
+    attachments."""
     p = f"n{i}."
+    bridges = [f"{p}bridge"] + [f"{p}bridge{s}" for s in range(1, sockets)]
+    gpu_socket = [(j * switches // gpus) * sockets // switches if switches
+                  else j * sockets // gpus for j in range(gpus)]
     for j in range(gpus):
         _add_endpoint(graph, f"{p}gpu{j}", "gpu", i, j, gpu_reduce, gpu_device)
-    bridge = {"kind": "host_bridge", "node_index": i}
-    if bridge_cap is not None:
-        bridge["throughput_bytes_per_s"] = bridge_cap
-    graph.add_node(f"{p}bridge", **bridge)
-    graph.add_node(f"{p}cpu", kind="cpu", node_index=i, device=cpu_device.name,
-                   memory_bandwidth_bytes_per_s=cpu_device.memory_bandwidth_bytes_per_s,
-                   reduce_bytes_per_s=cpu_device.reduce_bytes_per_s)
-    add_duplex(graph, f"{p}bridge", f"{p}cpu", cpu_device.memory_bandwidth_bytes_per_s,
-               pcie_lat, "pcie")
+        if sockets > 1:
+            graph.nodes[f"{p}gpu{j}"]["socket"] = gpu_socket[j]
+    for s, name in enumerate(bridges):
+        where = {"socket": s} if sockets > 1 else {}
+        bridge = {"kind": "host_bridge", "node_index": i, **where}
+        if bridge_cap is not None:
+            bridge["throughput_bytes_per_s"] = bridge_cap
+        graph.add_node(name, **bridge)
+        # socket 0's memory node is the machine's CPU device; the others are one socket's memory
+        share = 1 if s == 0 else sockets
+        cpu = f"{p}cpu" if s == 0 else f"{p}cpu{s}"
+        device = {"device": cpu_device.name} if s == 0 else {}
+        graph.add_node(cpu, kind="cpu", node_index=i, **device, **where,
+                       memory_bandwidth_bytes_per_s=cpu_device.memory_bandwidth_bytes_per_s / share,
+                       reduce_bytes_per_s=cpu_device.reduce_bytes_per_s / share)
+        add_duplex(graph, name, cpu, cpu_device.memory_bandwidth_bytes_per_s / share,
+                   pcie_lat, "pcie")
+    for s in range(sockets):
+        for t in range(s + 1, sockets):
+            add_duplex(graph, bridges[s], bridges[t], socket_bw, 0.0, "smp")
     for k in range(switches):
         graph.add_node(f"{p}pcie{k}", kind="pcie_switch", node_index=i)
-        add_duplex(graph, f"{p}pcie{k}", f"{p}bridge", pcie_bw, pcie_lat, "pcie")
+        add_duplex(graph, f"{p}pcie{k}", bridges[k * sockets // switches], pcie_bw, pcie_lat,
+                   "pcie")
     for j in range(gpus):
-        parent = f"{p}pcie{j * switches // gpus}" if switches else f"{p}bridge"
+        parent = f"{p}pcie{j * switches // gpus}" if switches else bridges[gpu_socket[j]]
         add_duplex(graph, f"{p}gpu{j}", parent, pcie_bw, pcie_lat, "pcie")
     for k, where in enumerate(attach):
-        parent = f"{p}bridge" if where == "bridge" else f"{p}pcie{where}"
+        parent = (bridges[k * sockets // len(attach)] if where == "bridge"
+                  else f"{p}pcie{where}")
         add_duplex(graph, f"{p}nic{k}", parent, pcie_bw, pcie_lat, "pcie")
     if intra == "nvswitch":
         graph.add_node(f"{p}nvswitch", kind="nvswitch", node_index=i)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from simulator.errors import unknown_name
 
-__all__ = ["DEVICES", "Device", "get_device"]
+__all__ = ["DEVICES", "SOCKET_LINKS", "Device", "SocketLink", "get_device", "socket_link"]
 
 _GiB = 2**30
 
@@ -194,3 +194,52 @@ def get_device(name: str) -> Device:
     if not isinstance(name, str) or name not in DEVICES:
         raise unknown_name("device", name, DEVICES)
     return DEVICES[name]
+
+
+@dataclass(frozen=True)
+class SocketLink:
+    """The links that join the sockets of a two-socket host (Intel QPI or UPI).
+
+    A GPU under one socket reaches a GPU or NIC under the other through them: PCIe up to its
+    root complex, across the socket links, and down again (``nvidia-smi topo -m`` prints
+    ``SYS`` for such a pair).
+
+    Attributes
+    ----------
+    bandwidth_bytes_per_s : float
+        Per direction, all links between the two sockets together: links x transfer rate x 2
+        bytes (a QPI/UPI link carries 16 data bits per transfer each way).
+    family : str
+        The CPU generation as NVIDIA NCCL's topology code classes it (``ncclTopoCpuType``):
+        ``"bdw"`` (Broadwell and older), ``"skl"`` (Skylake/Cascade Lake), ``"srp"`` (Sapphire
+        Rapids), ``"erp"`` (Emerald Rapids); NCCL's achievable rate across the sockets follows it
+        (:func:`simulator.library.nccl_constants.inter_cpu_GBps`).
+    source : str
+        Where the numbers come from.
+    """
+
+    bandwidth_bytes_per_s: float
+    family: str
+    source: str
+
+
+#: Socket links of the two-socket CPU presets that have them: (links, GT/s, NCCL family, source).
+#: Intel ARK for every row; AMD's Infinity Fabric rates are not published per link, so AMD
+#: presets need ``socket_link_bandwidth`` given.
+_SOCKET_ROWS = {
+    "cpu-host": (2, 9.6, "bdw", "Xeon E5-2698 v4 (Broadwell-EP): 2 QPI links at 9.6 GT/s"),
+    "cpu-xeon-8168-2s": (3, 10.4, "skl", "Xeon Platinum 8168 (Skylake-SP): 3 UPI at 10.4 GT/s"),
+    "cpu-xeon-8480c-2s": (4, 16.0, "srp", "Xeon Platinum 8480+ (Sapphire Rapids; the 8480C is "
+                          "its DGX variant): 4 UPI links at 16 GT/s"),
+    "cpu-xeon-8570-2s": (4, 20.0, "erp", "Xeon Platinum 8570 (Emerald Rapids): 4 UPI at 20 GT/s"),
+}
+#: ``SocketLink`` per CPU preset: links x GT/s x 2 bytes per direction.
+SOCKET_LINKS: dict[str, SocketLink] = {
+    name: SocketLink(links * rate * 1e9 * 2, family, f"Intel ARK, {text}; 2 bytes per transfer "
+                     f"per direction -> {links * rate * 2:g} GB/s")
+    for name, (links, rate, family, text) in _SOCKET_ROWS.items()}
+
+
+def socket_link(cpu: str) -> SocketLink | None:
+    """The socket links of CPU preset ``cpu``, or None where the preset has no figure."""
+    return SOCKET_LINKS.get(cpu)

@@ -46,7 +46,7 @@ __all__ = [
 
 NODE_KINDS = frozenset(
     {"gpu", "host", "cpu", "nic", "pcie_switch", "host_bridge", "switch", "nvswitch"})
-EDGE_KINDS = frozenset({"nvlink", "nvswitch", "pcie", "ib", "ethernet", "loopback"})
+EDGE_KINDS = frozenset({"nvlink", "nvswitch", "pcie", "smp", "ib", "ethernet", "loopback"})
 ENDPOINT_KINDS = frozenset({"gpu", "host"})
 _GRAPH_ATTRS = {"name": str, "builder": str, "params": dict, "source": str}
 

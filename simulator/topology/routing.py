@@ -21,7 +21,7 @@ Rules, in order:
 6. Without PCIe peer-to-peer (``gpu_cluster`` with ``p2p: false``: GeForce cards, or a
    platform that forbids it) two GPUs of one machine cannot write into each other's memory:
    their traffic is staged through host memory, as NCCL's SHM transport does. The path is the
-   sender's route to its machine's ``cpu`` node (its memory) followed by the route from there to
+   sender's route to its socket's ``cpu`` node (its memory) followed by the route from there to
    the receiver, so the bytes cross the sender's PCIe links up, the memory, and the receiver's
    PCIe links down, and share every PCIe switch uplink and root port on the way with the other
    staged transfers.
@@ -111,7 +111,8 @@ def set_routing(graph: nx.DiGraph, routing: str | None, seed: int = 0) -> nx.DiG
     return graph
 
 NON_TRANSIT_KINDS = frozenset({"gpu", "host", "cpu"})
-LINK_CLASS = {"loopback": 0, "nvlink": 0, "nvswitch": 0, "pcie": 1, "ib": 2, "ethernet": 2}
+LINK_CLASS = {"loopback": 0, "nvlink": 0, "nvswitch": 0, "pcie": 1, "smp": 1, "ib": 2,
+              "ethernet": 2}
 
 
 @dataclass(frozen=True)
@@ -308,9 +309,10 @@ class Router:
                 or a.get("node_index") != b.get("node_index"):
             return None
         if self._cpus is None:
-            self._cpus = {attrs.get("node_index"): n for n, attrs in nodes(data=True)
-                          if attrs.get("kind") == "cpu"}
-        return self._cpus.get(a.get("node_index"))
+            self._cpus = {(attrs.get("node_index"), attrs.get("socket", 0)): n
+                          for n, attrs in nodes(data=True) if attrs.get("kind") == "cpu"}
+        # the memory of the sender's socket (one socket: the machine's cpu)
+        return self._cpus.get((a.get("node_index"), a.get("socket", 0)))
 
     def _affinity_misses(self, nodes: tuple[str, ...]) -> int:
         """NICs on the path whose index differs from the GPU on their machine's end."""

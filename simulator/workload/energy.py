@@ -23,7 +23,7 @@ Network energy
     only caps throughput (a NIC or host-bridge node) charges nothing of its own. The values are
     energy per bit at line rate (link power / bandwidth), i.e. a fully energy-proportional
     network. *Assumptions*, order-of-magnitude: board-level SerDes links (NVLink, an NVSwitch
-    port, PCIe) about 5 pJ/bit per hop (NVIDIA's Hot Chips 2022 Grace-Hopper talk compares
+    port, PCIe, a CPU socket link) about 5 pJ/bit per hop (NVIDIA's Hot Chips 2022 Grace-Hopper talk compares
     NVLink-C2C at 1.3 pJ/bit with about 5.5 pJ/bit for conventional 112G SerDes); a network hop
     (NIC or switch port, cable) 7.5 pJ/bit for InfiniBand and 10 pJ/bit for Ethernet, i.e. 15
     to 20 pJ/bit from NIC to NIC through one switch. Optical modules and switch cores at low
@@ -55,7 +55,7 @@ IDLE_POWER_FRACTION = 0.30
 #: Energy per bit carried, per directed link (hop), by link kind, J/bit (assumptions: module
 #: notes).
 LINK_JOULES_PER_BIT = MappingProxyType({
-    "loopback": 0.0, "nvlink": 5e-12, "nvswitch": 5e-12, "pcie": 5e-12, "ib": 7.5e-12,
+    "loopback": 0.0, "nvlink": 5e-12, "nvswitch": 5e-12, "pcie": 5e-12, "smp": 5e-12, "ib": 7.5e-12,
     "ethernet": 10e-12,
 })
 
