@@ -393,3 +393,22 @@ def test_zero_slowdown_equals_the_engine_timed_buckets():
     slowed = simulate_training(graph, prof, **kw).row
     assert analytic["iteration_s"] == pytest.approx(engine_timed["iteration_s"], rel=1e-12)
     assert slowed["iteration_s"] > engine_timed["iteration_s"]
+
+
+def test_rows_simulated_in_worker_processes_give_the_same_frame(dgx1_ps):
+    measured = select(read_training(TF), ["hardware=DGX-1", "model=ResNet-50"])
+    parallel = compare_training(measured, load_topology("dgx1-p100"), workers=2)
+    pd.testing.assert_frame_equal(parallel, dgx1_ps)
+    with pytest.raises(ConfigError, match="workers"):
+        compare_training(measured, load_topology("dgx1-p100"), workers=0)
+
+
+@pytest.mark.parametrize("measured, words", [
+    (str(TF), "--workers must be >= 1"),
+    ("tests/data/measurements/nccl_thanos_a100sxm80_1node.csv", "--workers applies to training"),
+])
+def test_workers_flag_is_checked_without_a_traceback(measured, words):
+    done = subprocess.run([sys.executable, "-m", "simulator", "compare", measured, "--topology",
+                           "dgx1-p100", "--workers", "0" if "must" in words else "2"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr

@@ -167,7 +167,8 @@ def cmd_compare(args) -> int:
         raise ConfigError(f"--shared-cores must be >= 1, got {args.shared_cores}")
     for flag, value in (("--select", args.select), ("--framework", args.framework),
                         ("--anchor", args.anchor), ("--ps-impl", args.ps_impl),
-                        ("--device", args.device), ("--shared-cores", args.shared_cores)):
+                        ("--device", args.device), ("--shared-cores", args.shared_cores),
+                        ("--workers", args.workers)):
         if value:
             raise ConfigError(f"{flag} applies to training files; {args.measured} holds "
                               f"collective points")
@@ -246,6 +247,8 @@ def cmd_compare_training(args) -> int:
     if args.collective:
         raise ConfigError("--collective applies to nccl-tests logs; a training file's rows "
                           "are training jobs")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     framework = parse_framework(args.framework)
     ps = None
     if args.ps_impl not in (None, "auto"):
@@ -266,7 +269,8 @@ def cmd_compare_training(args) -> int:
         frames.append(compare_training(part, graph, library=library, framework=framework,
                                        anchor=args.anchor or "measured",
                                        aggregation=args.algorithm, ps=ps,
-                                       device=args.device, shared_cores=args.shared_cores))
+                                       device=args.device, shared_cores=args.shared_cores,
+                                       workers=args.workers or 1))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     skipped = [why for frame in frames for why in frame.attrs.get("skipped", [])]
     for why in skipped[:5]:
@@ -288,7 +292,7 @@ def cmd_compare_training(args) -> int:
 
 #: Flags of ``compare`` that mean nothing for an LLM table.
 _NOT_FOR_LLM = ("slices", "protocol", "framework", "ps_impl", "anchor", "shared_cores",
-                "device", "algorithm", "collective")
+                "device", "algorithm", "collective", "workers")
 
 
 def cmd_compare_llm(args) -> int:
@@ -465,6 +469,9 @@ def add_compare_parsers(subparsers) -> None:
     c.add_argument("--anchor", choices=["measured", "model"], default=None,
                    help="training files: one GPU's compute from the row's measured single-GPU "
                         "throughput (measured, the default) or from the compute model")
+    c.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="training files: simulate the rows in N local processes (default 1; "
+                        "the results do not depend on it)")
     c.add_argument("--max-mape", type=float, default=None, metavar="PCT",
                    help="exit 1 if the MAPE of any size band (or overall) exceeds PCT percent "
                         "(training files: the speedup MAPE of any arch, or overall)")

@@ -228,7 +228,8 @@ def _where(measured: pd.DataFrame, i: int) -> str:
 def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=None,
                      anchor: str = "measured", ps: Callable | None = None,
                      aggregation: str | None = None, device: str | None = None,
-                     shared_cores: int | None = None, overheads="auto") -> pd.DataFrame:
+                     shared_cores: int | None = None, overheads="auto",
+                     workers: int = 1) -> pd.DataFrame:
     """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
 
     Rows whose model, precision or arch the simulator does not know are skipped, and so are
@@ -259,6 +260,9 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         default) takes each row's from its text (:func:`~simulator.workload.overheads.
         for_measured_row`: sourced per-step jitter, TensorFlow 2017's real-data input pipeline
         on the machine's cores); None: none (the behaviour before they were modelled).
+    workers : int
+        Simulate the rows in this many local processes (default 1: in this process, where
+        rows share their one-GPU runs). The results do not depend on it.
     """
     from ..library import resolve_library
     from ..workload.frameworks import detect_framework
@@ -271,8 +275,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     ps = ps or default_ps
     gpu_workers = graph.graph.get("builder") == "gpu_cluster"
     datasets = _datasets(measured)
-    cache: dict = {}
-    rows = []
+    jobs = []
     skipped: list[str] = []
     for i, point in enumerate(measured.to_dict("records")):
         where = _where(measured, i)
@@ -305,12 +308,15 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             shared_cores=shared_cores or _count(point.get("cores")),
             threads_per_worker=_count(point.get("threads_per_rank")) or 1,
             overheads=_overheads(overheads, {**point, "dataset": datasets.get(i, "")}))
-        try:
-            if anchor == "measured":
-                spec = _anchored(cache, graph, spec, model, kind, measured_1)
-            sim_n = _simulate(cache, graph, spec, model, kind, gpus)
-            sim_1 = _simulate(cache, graph, spec, model, kind, 1)
-        except ClusterSimError as exc:
+        jobs.append((i, where, point, text, gpus, batch, precision, lib, fw, spec, model, kind,
+                     measured_1))
+    results = _simulate_points(graph, [(job[9], job[10], job[11], job[4], job[12], anchor, k)
+                                       for k, job in enumerate(jobs)], workers)
+    rows = []
+    for k, (i, where, point, text, gpus, batch, precision, lib, fw, spec, model, kind,
+            measured_1) in enumerate(jobs):
+        sim_n, sim_1, exc = results[k]
+        if exc is not None:
             raise type(exc)(f"{where}{point['model']} {point['aggregation']} on {gpus} GPUs: "
                             f"{exc}") from None
         speedup = sim_n["throughput_samples_s"] / sim_1["throughput_samples_s"]
@@ -405,6 +411,44 @@ def _count(value) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(number) if number == number and number >= 1 else None
+
+
+def _simulate_points(graph, calls: list, workers: int) -> list:
+    """``(n-GPU row, one-GPU row, error)`` of every ``(spec, model, kind, gpus, measured_1,
+    anchor, index)`` call, in order: in this process with one cache shared by all (``workers``
+    <= 1), else in ``workers`` local processes (:func:`simulator.parallel.run_calls`)."""
+    from ..parallel import run_calls
+
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"workers: expected an integer >= 1, got {workers!r}")
+    results: list = [None] * len(calls)
+    if workers == 1 or len(calls) <= 1:
+        cache: dict = {}
+        for call in calls:
+            results[call[-1]] = _simulate_point(graph, *call, cache=cache)[1:]
+        return results
+
+    def collect(result):
+        results[result[0]] = result[1:]
+
+    run_calls(_simulate_point, [(graph, *call) for call in calls], collect,
+              workers=min(workers, len(calls)))
+    return results
+
+
+def _simulate_point(graph, spec, model: str, kind: str, gpus: int, measured_1: float,
+                    anchor: str, index: int, cache: dict | None = None) -> tuple:
+    """One measured row's simulations: ``(index, n-GPU row, one-GPU row, None)``, or
+    ``(index, None, None, error)`` for a simulation error (raised by the caller, with the
+    row's place). Module-level, so that worker processes can run it."""
+    cache = {} if cache is None else cache
+    try:
+        if anchor == "measured":
+            spec = _anchored(cache, graph, spec, model, kind, measured_1)
+        return (index, _simulate(cache, graph, spec, model, kind, gpus),
+                _simulate(cache, graph, spec, model, kind, 1), None)
+    except ClusterSimError as exc:
+        return index, None, None, exc
 
 
 def _simulate(cache: dict, graph, spec, model: str, kind: str, gpus: int) -> dict:
