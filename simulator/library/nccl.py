@@ -160,7 +160,8 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
 
     NCCL's trees follow the channels its search found (``src/graph/search.cc``: every channel
     starts at a NIC, enters the machine through a GPU on the best path from it and visits the
-    GPUs over the best links; ``trees.cc`` chains them in that order). On machines whose GPUs
+    GPUs over the best links; ``src/graph/connect.cc`` chains a machine's ranks in the tree
+    graph's ``intra`` order, v2.18.3-1 lines 37-57). On machines whose GPUs
     are joined point to point (a DGX-1's NVLink cube-mesh) these are the NIC-local NVLink paths
     of :func:`simulator.topology.rings.ring_orders`, never a PCIe hop between GPUs; they
     replace the rotation where it would hop between two GPUs without a direct link (a
