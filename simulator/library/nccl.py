@@ -148,7 +148,13 @@ def link_rate(kind: str, bandwidth_bytes_per_s: float, facts: MachineFacts,
               release: tuple | None = None) -> float:
     """A link's rate as NCCL's topology model takes it, bytes/s: the nominal rate times
     :func:`link_efficiency`; a link between CPU sockets (``smp``) at NCCL's inter-CPU bandwidth
-    of the host's CPU class and the NCCL ``release`` (``topo.h``), at most its nominal rate."""
+    of the host's CPU class (``topo.h``), at most its nominal rate.
+
+    The libraries pass no ``release``: the newest table's figure stands for the hardware
+    whatever NCCL runs on it, as :data:`PCIE_EFFICIENCY` does for PCIe. Older tables are
+    NCCL's earlier estimates of the same sockets (Skylake 9.0 before 2.18, 10.0 after;
+    Sapphire and Emerald Rapids classed as Skylake before 2.26), which steer its search but
+    do not slow the wires; ``release`` reads them."""
     if kind == "smp":
         return min(bandwidth_bytes_per_s, inter_cpu_GBps(facts.cpu_family, release) * 1e9)
     return bandwidth_bytes_per_s * link_efficiency(kind, facts)
@@ -745,8 +751,7 @@ class NcclLibrary:
         for a, b, attrs in out.edges(data=True):
             kind = attrs.get("kind")
             attrs["bandwidth_bytes_per_s"] = (
-                link_rate(kind, graph.edges[a, b]["bandwidth_bytes_per_s"], facts, self.release)
-                * scale
+                link_rate(kind, graph.edges[a, b]["bandwidth_bytes_per_s"], facts) * scale
                 * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0)
                 * (intra_scale if kind not in NETWORK_LINK_KINDS else 1.0))
             if kinds.get(a) == "gpu":
