@@ -275,7 +275,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     ps = ps or default_ps
     gpu_workers = graph.graph.get("builder") == "gpu_cluster"
     datasets = _datasets(measured)
-    jobs = []
+    jobs, calls = [], []
     skipped: list[str] = []
     for i, point in enumerate(measured.to_dict("records")):
         where = _where(measured, i)
@@ -308,14 +308,13 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             shared_cores=shared_cores or _count(point.get("cores")),
             threads_per_worker=_count(point.get("threads_per_rank")) or 1,
             overheads=_overheads(overheads, {**point, "dataset": datasets.get(i, "")}))
-        jobs.append((i, where, point, text, gpus, batch, precision, lib, fw, spec, model, kind,
-                     measured_1))
-    results = _simulate_points(graph, [(job[9], job[10], job[11], job[4], job[12], anchor, k)
-                                       for k, job in enumerate(jobs)], workers)
+        # what the row reports, and the simulations it needs (run below, maybe in parallel)
+        jobs.append((i, where, point, text, gpus, batch, precision, lib, fw, measured_1))
+        calls.append((spec, model, kind, gpus, measured_1, anchor, len(calls)))
+    results = _simulate_points(graph, calls, workers)
     rows = []
-    for k, (i, where, point, text, gpus, batch, precision, lib, fw, spec, model, kind,
-            measured_1) in enumerate(jobs):
-        sim_n, sim_1, exc = results[k]
+    for (i, where, point, text, gpus, batch, precision, lib, fw, measured_1), (
+            sim_n, sim_1, exc) in zip(jobs, results):
         if exc is not None:
             raise type(exc)(f"{where}{point['model']} {point['aggregation']} on {gpus} GPUs: "
                             f"{exc}") from None

@@ -60,6 +60,7 @@ import networkx as nx
 from ..errors import ConfigError
 from ..topology.graph import endpoints
 from ..topology.rings import ring_orders
+from ..topology.routing import Router
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
@@ -188,27 +189,15 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
         chains = [list(plan.orders[c % len(plan.orders)][:local]) for c in range(channels)]
         if all(sorted(chain) == list(range(local)) for chain in chains):
             return None if chains == default else chains
+    # hops to the machine's nearest NIC, as the ring search ranks GPUs for a NIC
     index = graph.nodes[machine[0]].get("node_index", 0)
-    hops = {}
-    for gpu in machine:
-        seen, frontier, depth, found = {gpu}, [gpu], 0, None
-        while frontier and found is None:
-            depth += 1
-            nxt = []
-            for node in frontier:
-                for v in graph.successors(node):
-                    attrs = graph.nodes[v]
-                    if v in seen or attrs.get("node_index") != index \
-                            or attrs.get("kind") in ("gpu", "cpu", "nvswitch"):
-                        continue
-                    found = depth if attrs.get("kind") == "nic" else found
-                    seen.add(v)
-                    nxt.append(v)
-            frontier = nxt
-        hops[gpu] = math.inf if found is None else found
-    best = min(hops.values())
-    if not math.isfinite(best):
+    nics = [n for n, a in graph.nodes(data=True)
+            if a.get("kind") == "nic" and a.get("node_index") == index]
+    if not nics:
         return None
+    router = Router(graph)
+    hops = {gpu: min(router.path(gpu, nic).hops for nic in nics) for gpu in machine}
+    best = min(hops.values())
     chains = []
     for chain in default:
         step = next(k for k in range(local) if hops[machine[chain[k]]] == best)

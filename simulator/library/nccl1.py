@@ -8,7 +8,7 @@ f93fe9bf = v2.3.5-5, 2018-09-24). What NVIDIA/nccl v1.3.4-1 fixes, and a plan ca
 * **one ring, in device order**: ``orderRanks`` (``src/core.cu``) sorts the ranks by their
   NVML index and every rank sends to the next (``ringPos``); no topology search (NCCL 2.x finds
   NVLink rings). On a DGX-1, the order 0-1-...-7 has two hops without NVLink (3 -> 4 and
-  7 -> 0), which cross PCIe through the host;
+  7 -> 0), which cross PCIe through the host and QPI between its two sockets;
 * **one thread block per GPU**: ``LAUNCH_KERNEL`` in ``src/common_coll.h`` launches
   ``grid(1, 1, 1)`` of 512 + 1 threads: one channel;
 * **direct access or host memory**: a neighbour reachable by ``cudaDeviceCanAccessPeer`` is
@@ -18,11 +18,11 @@ f93fe9bf = v2.3.5-5, 2018-09-24). What NVIDIA/nccl v1.3.4-1 fixes, and a plan ca
   came with NCCL 2), **no trees**.
 
 The links run at the rates NCCL's own topology model gives them (NVLink per generation, PCIe
-12 GB/s per Gen3 x16; :func:`simulator.library.nccl.link_efficiency`), and NVLink carries a
-hop only between ring neighbours: NCCL 1 never forwards through a third GPU. NCCL 1's own
-per-step and base latencies are not published; none is charged beyond the wires' latencies
-(its calls move tens to hundreds of megabytes in the runs it is used for, where they do not
-count). The host's launch time is the ``nccl`` library's for the same launch mode.
+12 GB/s per Gen3 x16, a Broadwell QPI 6 GB/s; :func:`simulator.library.nccl.link_rate`), and
+NVLink carries a hop only between ring neighbours: NCCL 1 never forwards through a third GPU.
+NCCL 1's own per-step and base latencies are not published; none is charged beyond the wires'
+latencies (its calls move tens to hundreds of megabytes in the runs it is used for, where they
+do not count). The host's launch time is the ``nccl`` library's for the same launch mode.
 """
 
 from __future__ import annotations
