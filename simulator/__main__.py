@@ -17,4 +17,9 @@ except KeyboardInterrupt:
     print("clustersim: interrupted", file=sys.stderr)
     sys.exit(130)
 
-sys.exit(main())
+try:
+    code = main()
+except KeyboardInterrupt:      # a signal in main()'s few lines around the run's own handling
+    print("clustersim: interrupted", file=sys.stderr)
+    code = 130
+sys.exit(code)
