@@ -140,6 +140,8 @@ def take_users(r, user_ptr, user_idx, path_of, res_ptr, res_idx, f_active, f_see
     Returns the new lengths of both."""
     for k in range(user_ptr[r], user_ptr[r + 1]):
         c = user_idx[k]
+        if c < 0:
+            break       # the end of a dynamic network's list
         if f_active[c] and not f_seen[c]:
             f_seen[c] = True
             flows_out[n_flows] = c
@@ -162,6 +164,8 @@ def _tally(r, user_ptr, user_idx, f_active, f_rate, f_seen, cand, r_load, r_top)
     top = 0.0
     for k in range(user_ptr[r], user_ptr[r + 1]):
         u = user_idx[k]
+        if u < 0:
+            break       # the end of a dynamic network's list
         if f_active[u]:
             rate = cand[u] if f_seen[u] else f_rate[u]
             total += rate
@@ -264,6 +268,8 @@ def fill(res, n_res, member, rate, todo, clamp, user_ptr, user_idx, path_of, res
         share = (max(r_left[r], 0.0) if clamp else r_left[r]) / cnt
         for k in range(user_ptr[r], user_ptr[r + 1]):
             c = user_idx[k]
+            if c < 0:
+                break       # the end of a dynamic network's list
             if not member[c] or rate[c] >= 0.0:
                 continue
             rate[c] = share
@@ -343,6 +349,8 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
             cnt = 0
             for k in range(user_ptr[r], user_ptr[r + 1]):
                 u = user_idx[k]
+                if u < 0:
+                    break       # the end of a dynamic network's list
                 if f_active[u]:
                     if f_seen[u]:
                         cnt += 1
@@ -376,6 +384,8 @@ def local_solve(dirty, n_dirty, now, path_of, res_ptr, res_idx, caps, user_ptr, 
             r = res[i]
             for k in range(user_ptr[r], user_ptr[r + 1]):
                 u = user_idx[k]
+                if u < 0:
+                    break       # the end of a dynamic network's list
                 if not f_active[u] or f_seen[u] or f_fail[u] or not r_seen[f_bneck[u]]:
                     continue   # re-solved, failed already, or its bottleneck is untouched
                 b = _bottleneck(u, f_rate[u], path_of, res_ptr, res_idx, caps, user_ptr,
@@ -475,6 +485,68 @@ def start_flow(c, size, now, net, fl, rs, inst, ic):
     return True
 
 
+@njit(cache=True, _nrt=False)
+def enter_flows(conns, sizes, first, n, now, net, fl, rs, inst, ic, u_len):
+    """:func:`start_flow` for connections ``conns[first:n]`` with ``sizes`` bytes, in that
+    order, for a network whose resources list only their *active* connections (a dynamic
+    network: ``user_idx[user_ptr[r]:user_ptr[r] + u_len[r]]``, then -1, where the scans of
+    a resource's users stop). Each flow joins its resources' lists first; stops before a
+    flow that one of them has no room for, and returns how far it got (``n``: all)."""
+    path_of, res_ptr, res_idx, user_ptr, user_idx = net[0], net[1], net[2], net[4], net[5]
+    for i in range(first, n):
+        c = conns[i]
+        pid = path_of[c]
+        for k in range(res_ptr[pid], res_ptr[pid + 1]):
+            r = res_idx[k]
+            if user_ptr[r] + u_len[r] >= user_ptr[r + 1]:
+                return i
+        for k in range(res_ptr[pid], res_ptr[pid + 1]):
+            r = res_idx[k]
+            user_idx[user_ptr[r] + u_len[r]] = c
+            u_len[r] += 1
+        start_flow(c, sizes[i], now, net, fl, rs, inst, ic)
+    return n
+
+
+@njit(cache=True, _nrt=False)
+def leave_users(conns, n, net, u_len):
+    """Connections ``conns[:n]`` (drained or aborted) leave their resources' lists of active
+    connections (see :func:`enter_flows`): the last entry takes each one's place."""
+    path_of, res_ptr, res_idx, user_ptr, user_idx = net[0], net[1], net[2], net[4], net[5]
+    for i in range(n):
+        c = conns[i]
+        pid = path_of[c]
+        for k in range(res_ptr[pid], res_ptr[pid + 1]):
+            r = res_idx[k]
+            last = user_ptr[r] + u_len[r] - 1
+            j = user_ptr[r]
+            while user_idx[j] != c:
+                j += 1
+            user_idx[j] = user_idx[last]
+            user_idx[last] = -1
+            u_len[r] -= 1
+
+
+@njit(cache=True, _nrt=False)
+def abort_flow(c, net, fl, rs, inst, ic, flows):
+    """FlowNetwork.abort for connection ``c``'s flow (solved at least once): it leaves its
+    resources and the completion queue, and its path is dirty for the next solve."""
+    path_of, res_ptr, res_idx = net[0], net[1], net[2]
+    f_active, f_remaining, f_rate = fl[0], fl[2], fl[1]
+    n_on, r_dirty, dirty = rs[0], rs[3], inst[6]
+    if not f_active[c]:
+        return
+    f_active[c] = False
+    f_remaining[c] = 0.0
+    f_rate[c] = 0.0
+    if flows[0][c] >= 0:
+        _unlink(c, flows)
+    pid = path_of[c]
+    for k in range(res_ptr[pid], res_ptr[pid + 1]):
+        n_on[res_idx[k]] -= 1
+    _mark_dirty(pid, res_ptr, res_idx, r_dirty, dirty, ic)
+
+
 @njit(cache=True)
 def push_zero(zero, n_zero, now, ic, events):
     """The ZERO events (drained at once: no bytes or no resources) of the transfers a try_start
@@ -500,6 +572,8 @@ def _bottleneck_of_some(r, user_ptr, user_idx, f_active, f_bneck):
     """Whether resource ``r`` is the recorded bottleneck of an active flow."""
     for k in range(user_ptr[r], user_ptr[r + 1]):
         u = user_idx[k]
+        if u < 0:
+            break       # the end of a dynamic network's list
         if f_active[u] and f_bneck[u] == r:
             return True
     return False

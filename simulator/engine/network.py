@@ -68,7 +68,7 @@ class Flow:
     """
 
     __slots__ = ("fid", "res", "size", "remaining", "rate", "t_last", "finish", "on_drained",
-                 "version", "tag")
+                 "version", "tag", "conn")
 
     def __init__(self, fid, res, size, on_drained, now, tag):
         self.fid = fid
@@ -81,6 +81,7 @@ class Flow:
         self.on_drained = on_drained
         self.version = 0
         self.tag = tag
+        self.conn = -1      # its connection in a compiled network (compiled_network.py)
 
 
 class FlowNetwork:
@@ -162,10 +163,14 @@ class FlowNetwork:
             if not on:
                 busy_since[r] = now
             on.add(flow)
-        self._arrived.append(flow)
+        self._arrive(flow)
         if not self._solve_pending:
             self._request_solve()
         return flow
+
+    def _arrive(self, flow: Flow) -> None:
+        """A flow joins the changes the next solve takes in."""
+        self._arrived.append(flow)
 
     def _request_solve(self) -> None:
         if not self._solve_pending:
@@ -260,15 +265,7 @@ class FlowNetwork:
 
     def _solve(self, _event=None) -> None:
         """Re-solve max-min fair rates on the dirty component, then re-arm the wake-up."""
-        self._solve_pending = False
-        now = self.env.now
-        self.solves += 1
-        if self.deadline is not None and self.solves % 64 == 0 and time.monotonic() > self.deadline:
-            from ..errors import SimulationError
-
-            raise SimulationError(f"wall-clock budget exceeded at simulated t={now:.9g} s with "
-                                  f"{self.active} flows in flight; raise --time-budget or "
-                                  f"simulate fewer ranks, sizes or slices")
+        now = self._begin_solve()
         self._match()
         resources, flows = self._component()
         if flows:
@@ -319,6 +316,19 @@ class FlowNetwork:
                     log.append((now, total))
         self._arm()
 
+    def _begin_solve(self) -> float:
+        """Count a solve, check the wall-clock budget; returns the current time."""
+        self._solve_pending = False
+        now = self.env.now
+        self.solves += 1
+        if self.deadline is not None and self.solves % 64 == 0 and time.monotonic() > self.deadline:
+            from ..errors import SimulationError
+
+            raise SimulationError(f"wall-clock budget exceeded at simulated t={now:.9g} s with "
+                                  f"{self.active} flows in flight; raise --time-budget or "
+                                  f"simulate fewer ranks, sizes or slices")
+        return now
+
     def _enter(self, flows: list[Flow]) -> None:
         """Enter the projected completions (``finish``) of ``flows``, whose rates were just
         set, under a new version each: their earlier entries become stale."""
@@ -360,8 +370,32 @@ class FlowNetwork:
     def _wake(self, generation: int) -> None:
         if generation != self._wake_generation:
             return
-        self._wake_time = math.inf
         now = self.env.now
+        done = self._take_due(now)
+        flows_on, carried = self.flows_on, self.bytes_carried
+        busy_time, busy_since = self.busy_time, self.busy_since
+        self.active -= len(done)
+        for f in done:
+            f.remaining = 0.0       # (f.rate stays the rate it drained at, for _match)
+            f.finish = now
+            size = f.size
+            for r in f.res:
+                on = flows_on[r]
+                on.discard(f)
+                carried[r] += size
+                if not on:
+                    busy_time[r] += now - busy_since[r]
+        if done or self._changed():
+            self._request_solve()
+        else:
+            self._arm()
+        for f in done:
+            f.on_drained(f)
+
+    def _take_due(self, now: float) -> list[Flow]:
+        """Take the flows that drain by ``now`` (within ``_EPS``) out of the completion queue,
+        in (finish, fid) order; they become the instant's departures."""
+        self._wake_time = math.inf
         limit = now + _EPS * max(1.0, abs(now))
         times, due = self._times, self._due
         done: list[Flow] = []
@@ -374,26 +408,12 @@ class FlowNetwork:
                 if version == f.version:
                     f.version += 1
                     done.append(f)
-        flows_on, carried = self.flows_on, self.bytes_carried
-        busy_time, busy_since = self.busy_time, self.busy_since
-        self.active -= len(done)
         self._departed += done
-        for f in done:
-            f.remaining = 0.0       # (f.rate stays the rate it drained at, for _match)
-            f.finish = now
-            size = f.size
-            for r in f.res:
-                on = flows_on[r]
-                on.discard(f)
-                carried[r] += size
-                if not on:
-                    busy_time[r] += now - busy_since[r]
-        if done or self._dirty:
-            self._request_solve()
-        else:
-            self._arm()
-        for f in done:
-            f.on_drained(f)
+        return done
+
+    def _changed(self) -> bool:
+        """Whether changes other than drained flows wait for a solve (an aborted flow)."""
+        return bool(self._dirty)
 
     def abort(self, flow: Flow) -> None:
         """Remove ``flow`` without completing it (a failed device or link): its bytes never
@@ -402,16 +422,21 @@ class FlowNetwork:
             return
         now = self.env.now
         flow.version += 1          # its pending completion entry becomes stale
+        sent = 0.0
+        if flow.rate > 0:
+            sent = flow.size - max(0.0, flow.remaining - flow.rate * (now - flow.t_last))
+        self._dirty.update(flow.res)
+        self._leave(flow, sent, now)
+
+    def _leave(self, flow: Flow, sent_bytes: float, now: float) -> None:
+        """An aborted flow leaves its resources, having carried ``sent_bytes`` over each."""
         self.active -= 1
         for r in flow.res:
             on = self.flows_on[r]
             on.discard(flow)
-            if flow.rate > 0:
-                self.bytes_carried[r] += flow.size - max(
-                    0.0, flow.remaining - flow.rate * (now - flow.t_last))
+            self.bytes_carried[r] += sent_bytes
             if not on:
                 self.busy_time[r] += now - self.busy_since[r]
-            self._dirty.add(r)
         flow.remaining = 0.0
         self._request_solve()
 

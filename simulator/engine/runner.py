@@ -43,7 +43,7 @@ from ..guard import check_event_run
 from ..schedules.base import Schedule
 from ..schedules.deps import dependencies, epochs, packed_sort
 from ..topology.routing import Router
-from .common import check_placement
+from .common import check_placement, drop_stale_kernel_caches, numba_available
 from .network import FlowNetwork
 
 
@@ -134,6 +134,22 @@ def paused_gc():
             gc.enable()
 
 
+#: The flow networks an :class:`Engine` can run on.
+NETWORKS = ("python", "compiled")
+
+
+def flow_network(env: simpy.Environment, kind: str, record_rates: bool) -> FlowNetwork:
+    """The flow network ``kind`` (one of :data:`NETWORKS`) on ``env``."""
+    if kind not in NETWORKS:
+        raise ValueError(f"unknown flow network {kind!r}; valid: {', '.join(NETWORKS)}")
+    if kind == "compiled" and not record_rates and numba_available():
+        from .compiled_network import CompiledFlowNetwork
+
+        drop_stale_kernel_caches()
+        return CompiledFlowNetwork(env)
+    return FlowNetwork(env, record_rates=record_rates)
+
+
 class Engine:
     """A simulation: topology, flow network, device compute queues and a SimPy clock.
 
@@ -149,14 +165,20 @@ class Engine:
     routing, routing_seed : str or None, int or None
         Override the topology's routing mode and seed (``ideal``, ``ecmp``, ``adaptive``; see
         :mod:`simulator.topology.routing`); None keeps the topology's own.
+    network : str
+        ``"python"`` (:class:`~.network.FlowNetwork`) or ``"compiled"``
+        (:class:`~.compiled_network.CompiledFlowNetwork`: the same flows with compiled, local
+        re-solves, for runs whose flows form one large component, such as parameter servers;
+        it keeps no rate timelines, so ``record_rates`` or a missing numba falls back to
+        ``"python"``).
     """
 
     def __init__(self, graph: nx.DiGraph, *, reduce_compute: bool = True,
                  record_rates: bool = False, routing: str | None = None,
-                 routing_seed: int | None = None):
+                 routing_seed: int | None = None, network: str = "python"):
         self.graph = graph
         self.env = simpy.Environment()
-        self.network = FlowNetwork(self.env, record_rates=record_rates)
+        self.network = flow_network(self.env, network, record_rates)
         self.network.deadline = _DEADLINE.get()
         self.router = Router(graph, routing=routing, seed=routing_seed)
         self.reduce_compute = reduce_compute
