@@ -182,3 +182,15 @@ def test_parameter_servers_time_alike_on_both_networks(monkeypatch):
     python = _ps_iteration(g, servers=4)
     assert type(made[-1]) is FlowNetwork
     assert close(compiled, python)
+
+
+def test_pairs_count_clients_not_gpus():
+    """With local aggregation a machine pushes once for its GPUs: 2 machines x 4 servers stay
+    on the Python network, 16 GPUs x 4 servers do not."""
+    from simulator.workload.training import _network_for
+
+    g = load_topology("dgx-a100", {"nodes": 2})
+    gpus = [n for n, d in g.nodes(data=True) if d.get("kind") == "gpu"]
+    assert _network_for(g, gpus, "ps", PsConfig(servers=4)) == "compiled"
+    assert _network_for(g, gpus, "ps", PsConfig(servers=4, local_aggregation=True)) == "python"
+    assert _network_for(g, gpus, "ring", None) == "python"

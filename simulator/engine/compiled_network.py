@@ -170,7 +170,7 @@ class CompiledFlowNetwork(FlowNetwork):
         holds (one more on ``res``)."""
         length = self._user_len
         need = length.copy()
-        need[list(res)] += 1
+        np.add.at(need, list(res), 1)
         room = np.maximum(4, 2 * need)
         ptr = np.zeros(len(room) + 1, dtype=np.int64)
         np.cumsum(room, out=ptr[1:])

@@ -237,11 +237,12 @@ def _server_nodes(graph, workers: list[str], ps: PsConfig, servers: int) -> list
     raise ConfigError(f"unknown PS placement {ps.placement!r}; valid: dedicated, colocated")
 
 
-#: Parameter servers run on the compiled flow network from this many (worker, server) pairs:
-#: every worker pushes to every server, so their flows form one component that the Python
-#: network re-solves whole at each change (quadratic in the pairs; 64 workers x 16 servers:
-#: ~1.8 ms a solve). Below, the Python network is as fast and needs no compilation (~25 s the
-#: first time numba builds the kernel on a machine; cached after).
+#: Parameter servers run on the compiled flow network from this many (client, server) pairs
+#: (a client: a GPU, or a machine or rack with local aggregation): every client pushes to
+#: every server, so their flows form one component that the Python network re-solves whole at
+#: each change (quadratic in the pairs; 64 clients x 16 servers: ~1.8 ms a solve). Below, the
+#: Python network is as fast and needs no compilation (~25 s the first time numba builds the
+#: kernel on a machine; cached after).
 COMPILED_PS_PAIRS = 64
 
 
@@ -249,7 +250,8 @@ def _network_for(graph, workers: list[str], aggregation: str, ps: PsConfig | Non
     """The flow network a training run uses (see :data:`COMPILED_PS_PAIRS`)."""
     if aggregation != "ps":
         return "python"
-    pairs = len(workers) * server_count(graph, workers, ps or PsConfig())
+    ps = ps or PsConfig()
+    pairs = len(_groups(graph, workers, ps.aggregators)) * server_count(graph, workers, ps)
     return "compiled" if pairs >= COMPILED_PS_PAIRS else "python"
 
 
