@@ -167,8 +167,8 @@ class Engine:
         :mod:`simulator.topology.routing`); None keeps the topology's own.
     network : str
         ``"python"`` (:class:`~.network.FlowNetwork`) or ``"compiled"``
-        (:class:`~.compiled_network.CompiledFlowNetwork`: the same flows with compiled, local
-        re-solves, for runs whose flows form one large component, such as parameter servers;
+        (:class:`~.compiled_network.CompiledFlowNetwork`: the same flows, their rates solved
+        compiled, for runs whose flows form one large component, such as parameter servers;
         it keeps no rate timelines, so ``record_rates`` or a missing numba falls back to
         ``"python"``).
     """
