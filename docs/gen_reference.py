@@ -190,6 +190,8 @@ def presets_markdown() -> str:
                   "| parameter | value |", "|---|---|"]
         for key, value in (doc.get("params") or {}).items():
             lines.append(f"| `{key}` | `{_cell(value)}` |")
+        for key, value in (doc.get("per_gpu") or {}).items():
+            lines.append(f"| `{key}` | `{_cell(value)}` per GPU (follows `gpus_per_node`) |")
         lines += ["", "Sources:", ""]
         lines += [f"- {_cell(s)}" for s in doc.get("sources") or ["(none given)"]]
         if doc.get("library"):

@@ -140,3 +140,21 @@ def test_alps_comparison_stays_within_recorded_bounds():
     assert bands.loc[">=1MiB", "mape_pct"] < 40
     # the mixed band is where Slingshot is slower than the model: simulated too fast
     assert bands.loc["64KiB-1MiB", "bias_pct"] < -30
+
+
+@pytest.mark.parametrize("size_bytes", [8, 256 << 10, 16 << 20, 128 << 20])
+def test_gh200_preset_with_slingshot_is_the_alps_node(size_bytes):
+    """Two descriptions of the same machine: the four-superchip gh200 preset with Slingshot
+    (--param network=ethernet --param transport=slingshot) and perlmutter-gpu made into an
+    Alps node time every all-reduce the same, to the digit."""
+    gh200 = load_topology("gh200", {"nodes": "2", "network": "ethernet",
+                                    "transport": "slingshot"})
+    alps = load_topology("perlmutter-gpu", {**ALPS_PARAMS, "transport": "slingshot"})
+    times = [run_collective(g, "allreduce", "auto", size_bytes, library="nccl",
+                            engine="auto").row["time_us"] for g in (gh200, alps)]
+    assert times[0] == pytest.approx(times[1], rel=1e-12)
+    # and not by accident: the preset's own InfiniBand NDR200 (LL128 enabled) differs
+    ib = load_topology("gh200", {"nodes": "2"})
+    if size_bytes >= 16 << 20:
+        assert run_collective(ib, "allreduce", "auto", size_bytes, library="nccl",
+                              engine="auto").row["time_us"] != pytest.approx(times[0], rel=0.02)

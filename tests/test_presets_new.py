@@ -12,7 +12,6 @@ NEW = {
     # name: (GPUs per node, NVLink per GPU per direction or None, NICs, NIC bytes/s, transport)
     "hgx-h200": (8, 450e9, 8, 50e9, "rdma"),
     "hgx-b200": (8, 900e9, 8, 50e9, "rdma"),
-    "gh200": (1, None, 1, 50e9, "rdma"),
     "l40s-pcie": (8, None, 2, 25e9, "rdma"),
     "aws-p4d": (8, 300e9, 4, 12.5e9, "efa"),         # simulator/library/netplugins.py
     "aws-p5": (8, 450e9, 8, 50e9, "efa2"),
@@ -57,3 +56,52 @@ def test_fewer_nics_than_gpus_still_use_every_nic():
     # per network step (simulator.library.netplugins) costs a few per cent at 256 MiB
     assert run.row["busbw_GBps"] == pytest.approx(4 * 12.5 * wire, rel=0.06)
     assert run.row["busbw_GBps"] < 4 * 12.5 * wire
+
+
+def _nic_beside(graph, gpu: str) -> str:
+    """The NIC that shares the GPU's PCIe switch (the superchip's Grace in gh200)."""
+    (switch,) = [v for v in graph.successors(gpu) if graph.nodes[v]["kind"] == "pcie_switch"]
+    (nic,) = [v for v in graph.successors(switch) if graph.nodes[v]["kind"] == "nic"]
+    return nic
+
+
+def test_gh200_node_is_four_superchips_each_with_its_nic():
+    """JUPITER/Alps node: 4 GH200, NVLink all-to-all at 150 GB/s per pair, one NDR200 NIC per
+    superchip, beside its own GPU; 4 nodes are 16 GPUs and 16 NICs."""
+    graph = load_topology("gh200", {})
+    params = graph.graph["params"]
+    assert len(endpoints(graph)) == 4 and params["nics_per_node"] == 4
+    assert params["intra"] == "nvlink_all" and params["nic_bandwidth"] == 25e9
+    nvlink = [(u, v) for u, v, k in graph.edges(data="kind") if k == "nvlink"]
+    assert len(nvlink) == 12                                  # 6 pairs, both directions
+    assert {graph.edges[e]["bandwidth_bytes_per_s"] for e in nvlink} == {150e9}
+    assert [_nic_beside(graph, f"n0.gpu{j}") for j in range(4)] == \
+        [f"n0.nic{j}" for j in range(4)]
+    four = load_topology("gh200", {"nodes": "4"})
+    assert len(endpoints(four)) == 16
+    assert sum(1 for _, k in four.nodes(data="kind") if k == "nic") == 16
+
+
+def test_gh200_nics_follow_the_superchips_unless_given():
+    one = load_topology("gh200", {"gpus_per_node": "1", "nodes": "2"})
+    assert len(endpoints(one)) == 2 and one.graph["params"]["nics_per_node"] == 1
+    assert not [k for _, _, k in one.edges(data="kind") if k == "nvlink"]
+    two = load_topology("gh200", {"gpus_per_node": "2"})
+    assert two.graph["params"]["nics_per_node"] == 2 and two.graph["params"]["pcie_switches"] == 2
+    given = load_topology("gh200", {"nics_per_node": "2"})
+    assert given.graph["params"]["nics_per_node"] == 2 and len(endpoints(given)) == 4
+
+
+def test_gh200_node_uses_all_four_nics():
+    """A large all-reduce between two nodes leaves through all four NICs of each: with one
+    NIC per node it takes several times longer (the NIC is the bottleneck)."""
+    from simulator.collective import run_collective
+
+    size = 1 << 30
+    times = {}
+    for nics in ("4", "1"):
+        graph = load_topology("gh200", {"nodes": "2", "nics_per_node": nics})
+        times[nics] = run_collective(graph, "allreduce", "ring", size, library="nccl",
+                                     protocol="Simple", engine="auto").row["time_s"]
+    assert times["1"] > 3 * times["4"]
+

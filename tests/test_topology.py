@@ -497,3 +497,91 @@ def test_topology_layer_does_not_import_simpy():
 
 def test_graph_is_a_plain_digraph():
     assert type(star()) is nx.DiGraph
+
+
+def test_nvlink_all_joins_every_pair_at_the_pair_rate():
+    graph = gpu_cluster(nodes=1, gpus_per_node=3, intra="nvlink_all", nvlink_bandwidth=100e9)
+    nvlink = {(u, v): d["bandwidth_bytes_per_s"] for u, v, d in graph.edges(data=True)
+              if d["kind"] == "nvlink"}
+    assert set(nvlink) == {(f"n0.gpu{a}", f"n0.gpu{b}") for a in range(3) for b in range(3)
+                           if a != b}
+    assert set(nvlink.values()) == {100e9}
+    route = Router(graph).path("n0.gpu0", "n0.gpu2")
+    assert list(route.nodes) == ["n0.gpu0", "n0.gpu2"]      # direct, never through PCIe
+    assert not [k for _, _, k in gpu_cluster(nodes=1, gpus_per_node=1, intra="nvlink_all")
+                .edges(data="kind") if k == "nvlink"]
+    with pytest.raises(ConfigError, match="nvlink_pairs: only used with intra='nvlink_mesh'"):
+        gpu_cluster(intra="nvlink_all", nvlink_pairs=[[0, 1, 2]])
+
+
+PER_GPU = """\
+    name: superchips
+    builder: gpu_cluster
+    params:
+      nodes: 2
+      gpus_per_node: 4
+      intra: nvlink_all
+    per_gpu:
+      nics_per_node: 1
+      pcie_switches: 1
+    """
+
+
+def test_per_gpu_counts_follow_gpus_per_node(tmp_path):
+    path = write(tmp_path, PER_GPU)
+    params = load_topology(path).graph["params"]
+    assert (params["nics_per_node"], params["pcie_switches"]) == (4, 4)
+    params = load_topology(path, {"gpus_per_node": "2"}).graph["params"]
+    assert (params["nics_per_node"], params["pcie_switches"]) == (2, 2)
+    params = load_topology(path, {"gpus_per_node": "2", "nics_per_node": "3"}).graph["params"]
+    assert (params["nics_per_node"], params["pcie_switches"]) == (3, 2)   # a --param wins
+
+
+@pytest.mark.parametrize("section,match", [
+    ("per_gpu:\n  colour: 1\n", r"mine.yaml:6: per_gpu.colour: unknown count 'colour'.*valid: "
+                                r"nodes, gpu,"),
+    ("per_gpu:\n  gpus_per_node: 1\n", r"per_gpu.gpus_per_node: unknown count"),
+    ("per_gpu:\n  nics_per_node: -1\n", r"mine.yaml:6: per_gpu.nics_per_node: must be >= 0"),
+    ("per_gpu:\n  nics_per_node: two\n", r"mine.yaml:6: per_gpu.nics_per_node: expected an "
+                                         r"integer, got 'two'"),
+    ("per_gpu:\n  nics_per_node: 0\n", r"mine.yaml:6 \(per_gpu\): nics_per_node: expected an "
+                                       r"integer >= 1, got 0"),
+    ("per_gpu:\n  nodes: 1\n", None),
+])
+def test_per_gpu_errors_name_the_line(tmp_path, section, match):
+    path = write(tmp_path, "name: x\nbuilder: gpu_cluster\nparams:\n  gpus_per_node: 2\n"
+                 + section)
+    if match is None:            # nodes per GPU is odd but legal: 2 GPUs, 2 machines
+        assert len(endpoints(load_topology(path))) == 4
+        return
+    with pytest.raises(ConfigError, match=match):
+        load_topology(path)
+
+
+def test_per_gpu_needs_gpus_and_one_place_per_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"per_gpu needs a builder with gpus_per_node"):
+        load_topology(write(tmp_path, "name: x\nbuilder: star\nper_gpu:\n  hosts: 2\n"))
+    with pytest.raises(ConfigError, match=r"'nics_per_node' is in params and in per_gpu"):
+        load_topology(write(tmp_path, "name: x\nbuilder: gpu_cluster\nparams:\n"
+                                      "  nics_per_node: 2\nper_gpu:\n  nics_per_node: 1\n"))
+
+
+def test_calibrated_preset_keeps_the_per_gpu_counts(tmp_path):
+    from simulator.comparison.calibrate import _preset, _preset_document
+
+    path = write(tmp_path, PER_GPU)
+    import pandas as pd
+
+    raw, builder, description, sources, per_gpu = _preset(path)
+    assert per_gpu == {"nics_per_node": 1, "pcie_switches": 1}
+    bands = {"size_band": pd.DataFrame({"size_band": ["all"], "mape_pct": [1.0]})}
+    doc = _preset_document(path, builder, raw, {"gpus_per_node": 2}, {"nic_bandwidth": 20e9},
+                           {}, description, sources, [], [], pd.DataFrame(), [], [], 0.5, 0,
+                           bands, bands, per_gpu)
+    assert doc["per_gpu"] == per_gpu and "nics_per_node" not in doc["params"]
+    out = tmp_path / "calibrated.yaml"
+    import yaml
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    params = load_topology(str(out)).graph["params"]
+    assert (params["gpus_per_node"], params["nics_per_node"], params["nic_bandwidth"]) == \
+        (2, 2, 20e9)

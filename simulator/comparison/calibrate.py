@@ -124,13 +124,14 @@ class FitParameter:
 
 # --- the preset being calibrated ----------------------------------------------------------------
 
-def _preset(topology: str) -> tuple[dict, str, str, tuple]:
-    """(raw params, builder, description, sources) of a preset name, builder name or file."""
+def _preset(topology: str) -> tuple[dict, str, str, tuple, dict]:
+    """(raw params, builder, description, sources, per-GPU counts) of a preset name, builder
+    name or file."""
     from ..topology.builders import BUILDERS
     from ..topology.presets import preset_names, read_preset
 
     if topology in BUILDERS:
-        return {}, topology, f"the {topology} builder's defaults", ()
+        return {}, topology, f"the {topology} builder's defaults", (), {}
     if topology in preset_names():
         text = (importlib.resources.files("topologies") / f"{topology}.yaml").read_text(
             encoding="utf-8")
@@ -142,7 +143,7 @@ def _preset(topology: str) -> tuple[dict, str, str, tuple]:
 
         raise unknown_name("topology (or path to a YAML file)", topology, list_topologies())
     spec = read_preset(text, origin)
-    return dict(spec.params), spec.builder, spec.description, spec.sources
+    return dict(spec.params), spec.builder, spec.description, spec.sources, dict(spec.per_gpu)
 
 
 def _raw_value(builder: str, raw_params: dict, name: str):
@@ -215,7 +216,7 @@ def calibrated_overrides(topology: str, factors: dict, graph_loader=None) -> dic
     from ..topology import load_topology
 
     loader = graph_loader or load_topology
-    raw, builder, _, _ = _preset(topology)
+    raw, builder, _, _, _ = _preset(topology)
     graph = loader(topology, {})
     parameters, values = [], []
     for param in _candidates(graph, builder, raw):
@@ -417,7 +418,7 @@ def calibrate(measured: pd.DataFrame, graph_loader=None, topology_name: str = ""
     loader = graph_loader or load_topology
     if not topology_name:
         raise ConfigError("calibrate needs a topology (preset name, builder or YAML file)")
-    raw, builder, description, sources = _preset(topology_name)
+    raw, builder, description, sources, per_gpu = _preset(topology_name)
     base_params = dict(params or {})
     graph = loader(topology_name, base_params)
     resolved = graph.graph["params"]
@@ -503,7 +504,7 @@ def calibrate(measured: pd.DataFrame, graph_loader=None, topology_name: str = ""
     before, after = summarise(before_points), summarise(after_points)
     preset = _preset_document(topology_name, builder, raw, base_params, overrides, resolved,
                               description, sources, fitted, screened_out, measured, fit,
-                              held_idx, fit_fraction, seed, before, after)
+                              held_idx, fit_fraction, seed, before, after, per_gpu)
     return Calibration(
         topology=topology_name, builder=builder, parameters=fitted,
         screened_out=tuple(screened_out), overrides=overrides, factors=factors, preset=preset,
@@ -526,9 +527,10 @@ def record_context(topology: str, measured, before: dict, after: dict) -> tuple[
 
 def _preset_document(topology, builder, raw, base_params, overrides, resolved, description,
                      sources, fitted, screened_out, measured, fit, held_idx, fit_fraction,
-                     seed, before, after) -> dict:
+                     seed, before, after, per_gpu=None) -> dict:
     params = dict(raw)
     params.update(base_params)
+    per_gpu = {k: v for k, v in (per_gpu or {}).items() if k not in params}
     for name, value in overrides.items():
         params[name] = _latency_text(value) if name.endswith("_latency") else \
             _bandwidth_text(value)
@@ -548,5 +550,6 @@ def _preset_document(topology, builder, raw, base_params, overrides, resolved, d
                        f"preset: {description or name}",
         "builder": builder,
         "params": params,
+        **({"per_gpu": per_gpu} if per_gpu else {}),
         "sources": list(sources) + [record],
     }

@@ -160,8 +160,9 @@ def calibrate_library(measured: pd.DataFrame, topology: str, *, params: dict | N
 
 def _document(topology, settings, measured, fit_idx, held_idx, fit_fraction, seed, fitted,
               unseen, before, after, params) -> dict:
-    raw, builder, description, sources = _preset(topology)
+    raw, builder, description, sources, per_gpu = _preset(topology)
     raw = {**raw, **dict(params or {})}
+    per_gpu = {k: v for k, v in per_gpu.items() if k not in raw}
     name, origin, held_text = record_context(topology, measured, before, after)
     record = (f"clustersim {__version__} calibrate (library nccl): fitted on {len(fit_idx)} of "
               f"{len(measured)} points of {origin} (fit_fraction {fit_fraction:g}, seed {seed}, "
@@ -172,5 +173,6 @@ def _document(topology, settings, measured, fit_idx, held_idx, fit_fraction, see
     return {"name": f"{name}-calibrated",
             "description": f"{name} with its collective library calibrated by clustersim to "
                            f"{Path(str(origin)).name}. Base preset: {description or name}",
-            "builder": builder, "params": dict(raw), "sources": list(sources) + [record],
-            "library": settings}
+            "builder": builder, "params": dict(raw),
+            **({"per_gpu": per_gpu} if per_gpu else {}),
+            "sources": list(sources) + [record], "library": settings}

@@ -31,7 +31,7 @@ from simulator.units import parse_bandwidth, parse_duration
 __all__ = ["BUILDERS", "build", "fat_tree", "gpu_cluster", "parameter_names", "star"]
 
 NETWORK_KINDS = ("ethernet", "ib")
-INTRA_MODES = ("nvswitch", "nvlink_ring", "nvlink_mesh", "pcie")
+INTRA_MODES = ("nvswitch", "nvlink_ring", "nvlink_mesh", "nvlink_all", "pcie")
 FABRICS = ("star", "fat_tree")
 
 
@@ -295,6 +295,7 @@ def gpu_cluster(
       non-blocking node standing for all NVSwitch chips, as in DGX A100 and HGX H100);
     * ``"nvlink_ring"``: GPU ``j`` linked to GPU ``j+1 mod G``;
     * ``"nvlink_mesh"``: the explicit ``nvlink_pairs``, e.g. DGX-1's hybrid cube-mesh;
+    * ``"nvlink_all"``: every pair of GPUs joined directly (GH200 superchips in one machine);
     * ``"pcie"``: no NVLink; GPUs talk over PCIe (through their shared switch, or through the
       host bridge, whose ``throughput_bytes_per_s`` caps everything that crosses it).
 
@@ -328,12 +329,13 @@ def gpu_cluster(
     reduce_bandwidth : bandwidth or None
         GPUs' reduction rate, bytes/s of message; ``None`` (default) derives it from the preset:
         memory bandwidth / 3 (a sum reads two operands and writes one); ``"inf"`` makes it free.
-    intra : {"nvswitch", "nvlink_ring", "nvlink_mesh", "pcie"}
+    intra : {"nvswitch", "nvlink_ring", "nvlink_mesh", "nvlink_all", "pcie"}
         GPU-to-GPU fabric inside a machine (see above).
     nvlink_bandwidth : bandwidth
         Per direction. ``nvswitch``: each GPU's total NVLink bandwidth to the switch (DGX A100:
         12 links x 25 GB/s = 300 GB/s, the default); ``nvlink_ring``: each ring connection;
-        ``nvlink_mesh``: ONE link, multiplied by each pair's link count.
+        ``nvlink_mesh``: ONE link, multiplied by each pair's link count; ``nvlink_all``: each
+        pair's connection (all its links together).
     nvlink_latency : duration
         GPU-to-GPU latency over NVLink: one direct link, or the two links through the NVSwitch
         (each gets half). Default 0.5 us.
@@ -542,6 +544,10 @@ def _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvli
         ring = {frozenset((j, (j + 1) % gpus)) for j in range(gpus)} if gpus > 1 else set()
         for a, b in sorted(tuple(sorted(pair)) for pair in ring):
             add_duplex(graph, f"{p}gpu{a}", f"{p}gpu{b}", nvlink_bw, nvlink_lat, "nvlink")
+    elif intra == "nvlink_all":
+        for a in range(gpus):
+            for b in range(a + 1, gpus):
+                add_duplex(graph, f"{p}gpu{a}", f"{p}gpu{b}", nvlink_bw, nvlink_lat, "nvlink")
     for a, b, links in pairs:
         add_duplex(graph, f"{p}gpu{a}", f"{p}gpu{b}", links * nvlink_bw, nvlink_lat, "nvlink")
 

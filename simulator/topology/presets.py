@@ -11,6 +11,11 @@ A preset is a builder call with sourced numbers::
     sources:                      # where each number comes from
       - "NVIDIA DGX A100 System Architecture whitepaper: ..."
 
+A machine made of identical units, each a GPU with its own NIC (GH200 superchips), scales some
+counts with ``gpus_per_node``: the optional ``per_gpu`` section gives such counts per GPU
+(``per_gpu: {nics_per_node: 1}`` makes a 4-GPU machine of the preset have 4 NICs). A
+``--param`` of the same key still sets the count itself.
+
 The packaged presets live in the ``topologies`` package (``topologies/<name>.yaml``, shipped as
 package data). :func:`load_topology` takes a preset name, a builder name (its defaults), or a path
 to a YAML file, plus ``--param KEY=VALUE`` overrides. Loading is strict (the typed model
@@ -21,6 +26,7 @@ ConfigError naming the file, the key and its line.
 from __future__ import annotations
 
 import importlib.resources
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -33,7 +39,8 @@ from simulator.config import Invalid, Section, one_of, read_text_file, read_yaml
 from simulator.errors import ClusterSimError, ConfigError, unknown_name
 from simulator.topology.builders import BUILDERS, build, parameter_names
 
-__all__ = ["PresetSpec", "list_topologies", "load_topology", "preset_names", "read_preset"]
+__all__ = ["PresetSpec", "list_topologies", "load_topology", "preset_names", "read_preset",
+           "scale_per_gpu"]
 
 @dataclass(frozen=True)
 class PresetSpec:
@@ -47,6 +54,7 @@ class PresetSpec:
     origin: str = ""
     lines: dict = field(default_factory=dict, compare=False)  # key path -> 1-based line
     library: dict = field(default_factory=dict)   # calibrated library settings (calibrate)
+    per_gpu: dict = field(default_factory=dict)   # counts per GPU (see the module docstring)
 
 
 def _package_files() -> dict:
@@ -97,6 +105,10 @@ class TopologyFile(Section):
                                    description="the builder's parameters; unit strings allowed")
     sources: list[str] = Field(default_factory=list, description="where each number comes from")
     library: LibrarySettings | None = None
+    per_gpu: dict[str, Annotated[int, Field(ge=0, strict=True)]] = Field(
+        default_factory=dict,
+        description="counts that follow gpus_per_node, given per GPU (nics_per_node: 1 makes "
+                    "one NIC per GPU); a --param of the same key sets the count itself")
 
     @model_validator(mode="after")
     def _builder_parameters(self):
@@ -105,6 +117,17 @@ class TopologyFile(Section):
             if key not in valid:
                 raise Invalid(f"unknown parameter {key!r} for builder {self.builder!r}; valid: "
                               f"{', '.join(valid)}", "params", key)
+        for key in self.per_gpu:
+            if "gpus_per_node" not in valid:
+                raise Invalid(f"per_gpu needs a builder with gpus_per_node; {self.builder!r} "
+                              f"has none", "per_gpu", key)
+            if key not in valid or key == "gpus_per_node":
+                raise Invalid(f"unknown count {key!r} for builder {self.builder!r}; valid: "
+                              f"{', '.join(k for k in valid if k != 'gpus_per_node')}",
+                              "per_gpu", key)
+            if key in self.params:
+                raise Invalid(f"{key!r} is in params and in per_gpu; give it in one of them",
+                              "per_gpu", key)
         return self
 
 
@@ -118,7 +141,8 @@ def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
     return PresetSpec(name=spec.name, builder=spec.builder, params=dict(spec.params),
                       description=spec.description or "", sources=tuple(spec.sources),
                       origin=origin, lines=where.lines,
-                      library=spec.library.settings() if spec.library else {})
+                      library=spec.library.settings() if spec.library else {},
+                      per_gpu=dict(spec.per_gpu))
 
 
 def _override_value(value):
@@ -144,6 +168,24 @@ def _apply_overrides(builder: str, params: dict, overrides: dict, origin: str) -
     return merged
 
 
+def scale_per_gpu(builder: str, params: dict, per_gpu: dict, overridden=()) -> dict:
+    """``params`` with every ``per_gpu`` count times the machine's GPUs (``gpus_per_node`` of
+    ``params``, else the builder's default); keys in ``overridden`` keep their given value."""
+    if not per_gpu:
+        return params
+    from simulator.topology.builders import BUILDERS
+
+    gpus = params.get("gpus_per_node",
+                      inspect.signature(BUILDERS[builder]).parameters["gpus_per_node"].default)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        return params       # the builder names the bad gpus_per_node
+    scaled = dict(params)
+    for key, count in per_gpu.items():
+        if key not in overridden:
+            scaled[key] = count * gpus
+    return scaled
+
+
 def _build(spec: PresetSpec, params: dict, overridden) -> nx.DiGraph:
     """Build; a user error gets the file, and the line or ``--param`` of the key it names."""
     try:
@@ -155,6 +197,8 @@ def _build(spec: PresetSpec, params: dict, overridden) -> nx.DiGraph:
             prefix = f"{spec.origin}, --param {key}"
         elif ("params", key) in spec.lines:
             prefix = f"{spec.origin}:{spec.lines[('params', key)]}"
+        elif ("per_gpu", key) in spec.lines:
+            prefix = f"{spec.origin}:{spec.lines[('per_gpu', key)]} (per_gpu)"
         else:
             prefix = spec.origin
         raise type(exc)(f"{prefix}: {message}") from None
@@ -202,6 +246,7 @@ def load_topology(name_or_path: str, overrides: dict[str, str] | None = None) ->
                                list_topologies())
         spec = read_preset(text, origin)
     params = _apply_overrides(spec.builder, spec.params, overrides, spec.origin)
+    params = scale_per_gpu(spec.builder, params, spec.per_gpu, overrides)
     graph = _build(spec, params, overrides)
     if not is_builder:
         graph.graph.update(name=spec.name, description=spec.description,
