@@ -591,3 +591,22 @@ def test_public_tables_do_not_regress(table, topology):
     for band, today in REGRESSION[(table, topology)].items():
         assert bands[band] <= today + 1.0, (
             f"{table} on {topology}: MAPE {bands[band]:.1f}% in {band}, was {today}%")
+
+
+def test_too_few_gpus_names_the_layout_the_file_states(tmp_path):
+    """A point on more GPUs than the topology has: the error gives the --param values of the
+    machines the file states (a raw nccl-tests log states them by its Rank lines)."""
+    from simulator.measure.nccl_tests import read_nccl_tests
+
+    log = Path(__file__).parent / "data" / "nccl_logs" / "all_reduce_perf_2node.log"
+    measured = read_nccl_tests(log)
+    assert set(zip(measured["nodes"], measured["gpus_per_node"])) == {(2, 8)}
+    with pytest.raises(ConfigError, match=r"the file states 2 machines x 8 GPUs: "
+                                          r"--param nodes=2 --param gpus_per_node=8\)"):
+        compare(measured, load_topology("dgx-a100", {}))
+    assert len(compare(measured.head(2), load_topology("dgx-a100", {"nodes": "2"}))) == 2
+    # a file that does not state its layout gets the generic hint only
+    bare = measured.drop(columns=["nodes", "gpus_per_node"]).head(1)
+    with pytest.raises(ConfigError) as err:
+        compare(bare, load_topology("dgx-a100", {}))
+    assert "the file states" not in str(err.value)

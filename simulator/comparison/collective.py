@@ -80,6 +80,22 @@ def _where(measured: pd.DataFrame, i: int) -> str:
     return f"{origin}, row {i + 1}"
 
 
+def _layout_hint(point, graph, gpus: int) -> str:
+    """When the topology has too few GPUs for a point whose file states its machines: the
+    ``--param`` values that build that layout (empty otherwise)."""
+    from ..topology.graph import endpoints
+
+    nodes, per_node = (getattr(point, key, None) for key in ("nodes", "gpus_per_node"))
+    try:
+        nodes, per_node = int(float(nodes)), int(float(per_node))
+    except (TypeError, ValueError):
+        return ""
+    if gpus <= len(endpoints(graph)) or nodes < 1 or per_node < 1:
+        return ""
+    return (f" (the file states {nodes} machine{'s' * (nodes != 1)} x {per_node} GPU"
+            f"{'s' * (per_node != 1)}: --param nodes={nodes} --param gpus_per_node={per_node})")
+
+
 def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             algorithm_override: str | None = None, options: dict | None = None,
             reduce_compute: bool = True, cache: dict | None = None, library=None,
@@ -199,7 +215,7 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             sim = cache[key]
         except ClusterSimError as exc:
             raise type(exc)(f"{_where(measured, i)}: {collective} {algorithm} on {gpus} GPUs, "
-                            f"{size} bytes: {exc}") from None
+                            f"{size} bytes: {exc}{_layout_hint(point, graph, gpus)}") from None
         sim_us = float(sim["time_us"])
         sim_busbw = float(sim["busbw_GBps"])
         if mode is not None:

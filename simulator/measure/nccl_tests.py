@@ -323,7 +323,9 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
             "inplace_time_us": row["in_place"]["time_us"]
             if "out_of_place" in row and "in_place" in row else math.nan,
             "dtype": row.get("type", ""), "notes": "; ".join(note_parts + extras),
-            "launch": str(harness[0]) if harness is not None else ""}))
+            "launch": str(harness[0]) if harness is not None else "",
+            **({"nodes": nodes, "gpus_per_node": gpus // nodes}
+               if nodes and gpus % nodes == 0 else {})}))
     runs.append({"line": run.line, "collective": collective, "gpus": gpus, "hosts": nodes,
                  "devices": device, "nccl_version": run.nccl_version,
                  "avg_busbw_GBps": run.avg[1] if run.avg else math.nan})

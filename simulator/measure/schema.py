@@ -61,7 +61,7 @@ COLLECTIVE_COLUMNS = ("source", "topology", "collective", "algorithm", "gpus", "
                       "time_us", "algbw_GBps", "busbw_GBps")
 COLLECTIVE_OPTIONAL = ("time_std_us", "iterations", "backend", "device", "network",
                        "bandwidth_bytes_per_s", "correct", "inplace_time_us", "dtype", "notes",
-                       "protocol", "library_version", "launch")
+                       "protocol", "library_version", "launch", "nodes", "gpus_per_node")
 TRAINING_COLUMNS = ("source", "topology", "model", "aggregation", "gpus", "batch_per_gpu",
                     "precision", "throughput_samples_s", "speedup", "efficiency")
 TRAINING_OPTIONAL = ("device", "network", "throughput_unit", "notes", "framework", "hardware",
@@ -337,7 +337,8 @@ def _collective_frame(rows: list[dict]) -> pd.DataFrame:
     for c in ("time_us", "algbw_GBps", "busbw_GBps", "time_std_us", "bandwidth_bytes_per_s",
               "inplace_time_us"):
         frame[c] = frame[c].astype("float64")
-    frame["iterations"] = frame["iterations"].astype("Int64")
+    for c in ("iterations", "nodes", "gpus_per_node"):
+        frame[c] = frame[c].astype("Int64")
     frame["correct"] = frame["correct"].astype("boolean")
     for c in ("source", "topology", "collective", "algorithm", "backend", "device", "network",
               "dtype", "notes"):
@@ -358,6 +359,8 @@ def _our_collective_row(cells: _Cells) -> dict:
     optional = {
         "time_std_us": lambda c: cells.number(c, required=False, minimum=0),
         "iterations": lambda c: cells.integer(c, required=False, minimum=1),
+        "nodes": lambda c: cells.integer(c, required=False, minimum=1),
+        "gpus_per_node": lambda c: cells.integer(c, required=False, minimum=1),
         "bandwidth_bytes_per_s": lambda c: cells.number(c, required=False, positive=True),
         "correct": cells.boolean,
         "inplace_time_us": lambda c: cells.number(c, required=False, positive=True),
@@ -385,6 +388,9 @@ def _nccl_csv_row(cells: _Cells) -> dict | None:
     cells.timing(row)
     if "inplace_time_us" in cells.record:
         row["inplace_time_us"] = cells.number("inplace_time_us", required=False, positive=True)
+    for column in ("nodes", "gpus_per_node"):
+        if cells.record.get(column):
+            row[column] = cells.integer(column, minimum=1)
     for ours, theirs in (("device", "gpu_model"), ("network", "inter_node"), ("dtype", "dtype"),
                          ("notes", "notes"), ("protocol", "proto"),
                          ("library_version", "nccl_version"), ("launch", "launch")):
