@@ -538,8 +538,10 @@ def test_per_gpu_counts_follow_gpus_per_node(tmp_path):
 
 
 @pytest.mark.parametrize("section,match", [
-    ("per_gpu:\n  colour: 1\n", r"mine.yaml:6: per_gpu.colour: unknown count 'colour'.*valid: "
-                                r"nodes, gpu,"),
+    ("per_gpu:\n  colour: 1\n", r"mine.yaml:6: per_gpu.colour: unknown count 'colour' for "
+                                r"builder 'gpu_cluster'; valid: nodes, pcie_switches, sockets, "
+                                r"nics_per_node, nics_per_leaf, spines, ps_hosts$"),
+    ("per_gpu:\n  gpu: 1\n", r"per_gpu.gpu: unknown count 'gpu'"),
     ("per_gpu:\n  gpus_per_node: 1\n", r"per_gpu.gpus_per_node: unknown count"),
     ("per_gpu:\n  nics_per_node: -1\n", r"mine.yaml:6: per_gpu.nics_per_node: must be >= 0"),
     ("per_gpu:\n  nics_per_node: two\n", r"mine.yaml:6: per_gpu.nics_per_node: expected an "

@@ -117,18 +117,26 @@ class TopologyFile(Section):
             if key not in valid:
                 raise Invalid(f"unknown parameter {key!r} for builder {self.builder!r}; valid: "
                               f"{', '.join(valid)}", "params", key)
+        counts = _count_parameters(self.builder)
         for key in self.per_gpu:
             if "gpus_per_node" not in valid:
                 raise Invalid(f"per_gpu needs a builder with gpus_per_node; {self.builder!r} "
                               f"has none", "per_gpu", key)
-            if key not in valid or key == "gpus_per_node":
+            if key not in counts:
                 raise Invalid(f"unknown count {key!r} for builder {self.builder!r}; valid: "
-                              f"{', '.join(k for k in valid if k != 'gpus_per_node')}",
-                              "per_gpu", key)
+                              f"{', '.join(counts)}", "per_gpu", key)
             if key in self.params:
                 raise Invalid(f"{key!r} is in params and in per_gpu; give it in one of them",
                               "per_gpu", key)
         return self
+
+
+def _count_parameters(builder: str) -> list[str]:
+    """The builder's whole-number parameters a ``per_gpu`` section may scale (every one with an
+    integer default, but ``gpus_per_node`` itself)."""
+    return [name for name, p in inspect.signature(BUILDERS[builder]).parameters.items()
+            if isinstance(p.default, int) and not isinstance(p.default, bool)
+            and name != "gpus_per_node"]
 
 
 def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
@@ -173,8 +181,6 @@ def scale_per_gpu(builder: str, params: dict, per_gpu: dict, overridden=()) -> d
     ``params``, else the builder's default); keys in ``overridden`` keep their given value."""
     if not per_gpu:
         return params
-    from simulator.topology.builders import BUILDERS
-
     gpus = params.get("gpus_per_node",
                       inspect.signature(BUILDERS[builder]).parameters["gpus_per_node"].default)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
