@@ -175,3 +175,45 @@ def test_tcpxo_files_by_hand_checked_bands():
     frame = read_measurements(root / "nccl_dstack_a3mega_2node_tcpxo_allgather.csv")
     bands = summarise(compare(frame, graph))["size_band"].set_index("size_band")
     assert bands.loc[">=1MiB", "mape_pct"] < 15.0
+
+
+def test_efa2_messages_above_eager_wait_for_the_receiver_once_per_call():
+    """aws-ofi-nccl's RDMA protocol (p5): a message over EAGER_MAX_SIZE (8 KiB) waits for the
+    receiver's control message. Both ends start together, so a ring's first (network) step
+    waits one whole 20 us message latency; a tree's up-chain (7 NVLink steps of 1.25 us,
+    LL128) hides part of it; an eager message waits nothing. The other transports have no
+    such wait."""
+    assert NP.handshake_latency_us("efa2", 8192, "ethernet") == 0.0
+    assert NP.handshake_latency_us("efa2", 8193, "ethernet") == pytest.approx(20.0)
+    for name, network in (("ib", "ib"), ("roce", "ethernet"), ("efa", "ethernet"),
+                          ("tcpxo", "ethernet"), ("slingshot", "ethernet")):
+        assert NP.handshake_latency_us(name, 1 << 30, network) == 0.0
+    graph = load_topology("aws-p5", {"nodes": "2"})
+    lib = NcclLibrary()
+    ring = lib.plan(graph, "allreduce", "ring", 64 << 20, 16, protocol="Simple")
+    assert ring.notes["handshake_us"] == pytest.approx(20.0)
+    tree = lib.plan(graph, "allreduce", "tree", 1 << 20, 16, protocol="LL128")
+    intra = lib.version.hw_latency_us["nvlink"]["tree"][1]
+    assert tree.notes["handshake_us"] == pytest.approx(20.0 - 7 * intra)
+    small = lib.plan(graph, "allreduce", "tree", 8192, 16, protocol="LL")
+    assert "handshake_us" not in small.notes
+    one = lib.plan(load_topology("aws-p5", {}), "allreduce", "ring", 64 << 20, 8,
+                   protocol="Simple")
+    assert "handshake_us" not in one.notes                 # one machine: no network
+
+
+def test_efa2_handshake_adds_exactly_its_wait_to_the_call(monkeypatch):
+    """The same ring all-reduce with the handshake switched off is faster by the wait and
+    nothing else."""
+    import dataclasses
+
+    from simulator.collective import run_collective
+
+    graph = load_topology("aws-p5", {"nodes": "2"})
+    times = []
+    for handshake in (8192, None):
+        monkeypatch.setitem(NP.TRANSPORTS, "efa2", dataclasses.replace(
+            NP.TRANSPORTS["efa2"], handshake_above_bytes=handshake))
+        times.append(run_collective(graph, "allreduce", "ring", 64 << 20, library="nccl",
+                                    protocol="Simple", engine="auto").row["time_s"])
+    assert times[0] - times[1] == pytest.approx(20e-6, rel=1e-6)

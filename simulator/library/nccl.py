@@ -64,11 +64,13 @@ from ..topology.routing import Router
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
-from .netplugins import NcclSettings, network_step_latency_us, nccl_settings
+from .netplugins import (NcclSettings, handshake_latency_us, network_step_latency_us,
+                         nccl_settings)
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath,
                        tree_chunk_bytes)
-from .nccl_constants import (NVLINK_PER_LINK, PCIE_EFFICIENCY, PROTOCOLS, NcclVersion, get_version,
+from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
+                             NcclVersion, get_version,
                              inter_cpu_GBps)
 
 #: User-facing algorithm names and the NCCL algorithm each is.
@@ -573,6 +575,33 @@ class NcclLibrary:
                            f"(this: {facts.generation}, intra {facts.intra_hw})")
         return reasons
 
+    @staticmethod
+    def _handshake_s(facts, c: Candidate, size_bytes: int, used: int, path, segments,
+                     tree_channels) -> float:
+        """The wait of the call's first network message for the receiver's control message,
+        on transports whose larger messages need one (aws-ofi-nccl's RDMA protocol: see
+        :mod:`simulator.library.netplugins`), s. Both ends start together, so what the
+        sender does before its first network send hides part of it: nothing in a ring (its
+        first step crosses machines), the chain up to the machine's tree root in a tree."""
+        if facts.nodes < 2 or c.algorithm not in ("ring", "tree", "nvls_tree"):
+            return 0.0
+        if c.algorithm == "ring":
+            per_step = -(-size_bytes // max(1, used * facts.ranks))
+            if path is not None:
+                per_step = min(per_step, path.chunk_bytes)
+            lead_us = 0.0
+        elif c.algorithm == "tree":
+            channels = max(1, tree_channels or 1)
+            per_tree = -(-size_bytes // (2 * channels))
+            per_step = -(-per_tree // max(1, segments or 1))
+            lead_us = (max(1.0, facts.ranks_per_node) - 1) * c.intra_latency_us
+        else:
+            per_step = min(NVLS_CHUNK_BYTES, -(-size_bytes // max(1, c.channels)))
+            lead_us = 0.0
+        wire = per_step / PAYLOAD_FRACTION[c.protocol]
+        wait_us = handshake_latency_us(facts.transport, wire, facts.network)
+        return max(0.0, wait_us - lead_us) * 1e-6
+
     def _nccl_plan(self, graph, collective, size_bytes, gpus, facts, c: Candidate, host,
                    launch) -> Plan:
         v = self.version
@@ -687,6 +716,9 @@ class NcclLibrary:
             fill_s = nvls_fill_s(v, c.algorithm, facts.generation, int(size_bytes), local,
                                  facts.nodes, c.algbw_GBps * 1e9 * self.scale["bandwidth"])
             fixed += fill_s
+        handshake_s = self._handshake_s(facts, c, int(size_bytes), used, path,
+                                        options.get("segments"), options.get("channels"))
+        fixed += handshake_s
         new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale,
                                      intra_scale)
         return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
@@ -697,6 +729,7 @@ class NcclLibrary:
                     notes={"launch": str(launch), "version": v.name,
                            "busbw_GBps": c.busbw_GBps, "channels_max": c.channels,
                            "intra_step_us": intra_lat, "inter_step_us": inter_lat,
+                           **({"handshake_us": handshake_s * 1e6} if handshake_s else {}),
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
 

@@ -21,6 +21,11 @@ latency reported to NCCL
     choice of algorithm and protocol; it is a tuning figure, not a measurement (aws-ofi-nccl
     commit d87d61e0: "a value below 75us is slightly better for large deployments, but makes
     NCCL choose the wrong algorithm for the 2 nodes case");
+receiver-first handshake
+    aws-ofi-nccl's RDMA protocol (p5) writes a message larger than its eager limit (8 KiB)
+    into the receiver's buffer only after the receiver's control message has given its
+    address: the call's first such message waits one more message latency, less what the
+    sender does before it (:func:`handshake_latency_us`);
 per-connection limits
     flows (sockets, queue pairs) per NCCL connection and what one flow may carry;
 protocols, algorithms and buffers
@@ -30,8 +35,8 @@ protocols, algorithms and buffers
     TCPXO ran Simple only on rings and trees with NCCL 2.21, added LL128 with 2.23 and NVLS
     trees with 2.26).
 
-:func:`network_step_latency_us`, :func:`reported_latency_us`, :func:`enabled_protocols` and
-:func:`nccl_settings` are the hooks the ``nccl`` library calls with the topology's ``transport`` parameter;
+:func:`network_step_latency_us`, :func:`reported_latency_us`, :func:`handshake_latency_us`,
+:func:`enabled_protocols` and :func:`nccl_settings` are the hooks the ``nccl`` library calls with the topology's ``transport`` parameter;
 :func:`describe` lists everything with its source.
 """
 
@@ -109,6 +114,10 @@ class NetTransport:
         Most one flow may carry, bytes/s (``inf``: no per-flow limit).
     protocols : tuple of str or None
         Protocols the platform's documented NCCL settings enable (None: NCCL's defaults).
+    handshake_above_bytes : int or None
+        A network message larger than this cannot leave before the receiver's control
+        message (its buffer's address) has arrived: the call's first such message waits one
+        more message latency (None: the receiver never has to speak first).
     settings : tuple of (tuple, NcclSettings)
         The platform's documented NCCL environment by the NCCL release it ships with:
         ``((major, minor), settings)`` pairs, oldest first; the last whose version is not newer
@@ -129,6 +138,7 @@ class NetTransport:
     flows_per_connection: int = 1
     flow_bytes_per_s: float = math.inf
     protocols: tuple | None = None
+    handshake_above_bytes: int | None = None
     settings: tuple = ()
     sources: dict = field(default_factory=dict)
 
@@ -157,6 +167,14 @@ class NetTransport:
         if protocol == "Simple":
             extra += self.simple_extra_us
         return extra
+
+    def handshake_us(self, message_bytes: float) -> float:
+        """The wait of a call's first network message of ``message_bytes`` for the
+        receiver's control message, us (0 below the eager limit or without a handshake)."""
+        if self.handshake_above_bytes is None or message_bytes <= self.handshake_above_bytes:
+            return 0.0
+        return self.message_latency_us if self.message_latency_us is not None else \
+            NCCL_NET_LL_LATENCY_US
 
     def connection_bytes_per_s(self, line_bytes_per_s: float) -> float:
         """What one NCCL connection can carry on a NIC of ``line_bytes_per_s``."""
@@ -226,7 +244,15 @@ _add(NetTransport(
     "efa2", "NET/AWS Libfabric (EFAv2, p5/p5e)", ("ethernet",), 9001,
     _IPV4 + _UDP + _ROCE_BTH_ICRC, ETH_L2_OVERHEAD,
     message_latency_us=20.0, simple_extra_us=3.0, reported_latency_us=75.0,
+    handshake_above_bytes=8192,
     sources={"framing": "as efa",
+             "handshake_above_bytes": f"{_AWS_OFI} include/nccl_ofi_param.h EAGER_MAX_SIZE "
+                                      "8192 ('Message sizes greater than this limit will "
+                                      "always be sent using RDMA write instead of eagerly'); "
+                                      "aws/aws-ofi-nccl v1.8.1-aws src/nccl_ofi_rdma.c send(): "
+                                      "without the receiver's RDMA control message a larger "
+                                      "send is queued 'so that we are able to send RDMA write "
+                                      "as soon as we receive the RDMA control message'",
              "message_latency_us": f"{_AWS_OFI} src/tuner/nccl_ofi_model.cpp "
                                    "model_platform_params P5 & P5e '.net_lat = 20.0' "
                                    "(include/tuner/nccl_ofi_tuner_model.h: 'net_lat; /* 2 nodes, "
@@ -451,6 +477,12 @@ def network_step_latency_us(transport, protocol: str, network: str = "ib") -> fl
     return _resolve(transport, network).step_latency_us(protocol)
 
 
+def handshake_latency_us(transport, message_bytes: float, network: str = "ib") -> float:
+    """How long a call's first network message of ``message_bytes`` waits for the receiver's
+    control message on ``transport``, us (see :class:`NetTransport`)."""
+    return _resolve(transport, network).handshake_us(message_bytes)
+
+
 def reported_latency_us(transport, protocol: str, network: str = "ib",
                         version: tuple = (2, 30)) -> float:
     """What NCCL's tuner adds to each network step for the latency the transport reports
@@ -496,6 +528,7 @@ def describe() -> list[dict]:
                      "step_latency_Simple_us": t.step_latency_us("Simple"),
                      "reported_latency_us": t.reported_latency_us,
                      "flows_per_connection": t.flows_per_connection,
+                     "handshake_above_bytes": t.handshake_above_bytes,
                      "protocols": t.settings_for().protocols,
                      "settings": [(".".join(map(str, since)), entry.release, entry.protocols,
                                    entry.algorithms, entry.simple_buffer_bytes)
