@@ -587,3 +587,16 @@ def test_calibrated_preset_keeps_the_per_gpu_counts(tmp_path):
     params = load_topology(str(out)).graph["params"]
     assert (params["gpus_per_node"], params["nics_per_node"], params["nic_bandwidth"]) == \
         (2, 2, 20e9)
+
+
+def test_library_calibration_keeps_the_per_gpu_counts(tmp_path):
+    from simulator.comparison.calibrate_library import _document
+
+    import pandas as pd
+
+    path = write(tmp_path, PER_GPU)
+    bands = {"size_band": pd.DataFrame({"size_band": ["all"], "mape_pct": [1.0]})}
+    doc = _document(path, {"name": "nccl"}, pd.DataFrame(), [], [], 0.5, 0, [], [], bands,
+                    bands, {"gpus_per_node": 2, "nics_per_node": 3})
+    assert doc["per_gpu"] == {"pcie_switches": 1}          # nics_per_node was given itself
+    assert doc["params"]["nics_per_node"] == 3

@@ -146,6 +146,13 @@ def _preset(topology: str) -> tuple[dict, str, str, tuple, dict]:
     return dict(spec.params), spec.builder, spec.description, spec.sources, dict(spec.per_gpu)
 
 
+def per_gpu_section(per_gpu: dict, params: dict) -> dict:
+    """A calibrated preset's ``per_gpu:`` section: the base preset's per-GPU counts that the
+    written ``params`` do not set themselves (empty when none are left)."""
+    left = {k: v for k, v in (per_gpu or {}).items() if k not in params}
+    return {"per_gpu": left} if left else {}
+
+
 def _raw_value(builder: str, raw_params: dict, name: str):
     from ..topology.builders import BUILDERS
 
@@ -530,7 +537,6 @@ def _preset_document(topology, builder, raw, base_params, overrides, resolved, d
                      seed, before, after, per_gpu=None) -> dict:
     params = dict(raw)
     params.update(base_params)
-    per_gpu = {k: v for k, v in (per_gpu or {}).items() if k not in params}
     for name, value in overrides.items():
         params[name] = _latency_text(value) if name.endswith("_latency") else \
             _bandwidth_text(value)
@@ -550,6 +556,6 @@ def _preset_document(topology, builder, raw, base_params, overrides, resolved, d
                        f"preset: {description or name}",
         "builder": builder,
         "params": params,
-        **({"per_gpu": per_gpu} if per_gpu else {}),
+        **per_gpu_section(per_gpu, params),
         "sources": list(sources) + [record],
     }

@@ -31,7 +31,7 @@ import pandas as pd
 import yaml
 
 from .. import __version__
-from .calibrate import _preset, nelder_mead, record_context, split_points
+from .calibrate import _preset, nelder_mead, per_gpu_section, record_context, split_points
 from .collective import SIZE_BANDS, compare, summarise
 from ..errors import ConfigError
 from ..library.launch import LAUNCH_COSTS
@@ -162,7 +162,6 @@ def _document(topology, settings, measured, fit_idx, held_idx, fit_fraction, see
               unseen, before, after, params) -> dict:
     raw, builder, description, sources, per_gpu = _preset(topology)
     raw = {**raw, **dict(params or {})}
-    per_gpu = {k: v for k, v in per_gpu.items() if k not in raw}
     name, origin, held_text = record_context(topology, measured, before, after)
     record = (f"clustersim {__version__} calibrate (library nccl): fitted on {len(fit_idx)} of "
               f"{len(measured)} points of {origin} (fit_fraction {fit_fraction:g}, seed {seed}, "
@@ -174,5 +173,5 @@ def _document(topology, settings, measured, fit_idx, held_idx, fit_fraction, see
             "description": f"{name} with its collective library calibrated by clustersim to "
                            f"{Path(str(origin)).name}. Base preset: {description or name}",
             "builder": builder, "params": dict(raw),
-            **({"per_gpu": per_gpu} if per_gpu else {}),
+            **per_gpu_section(per_gpu, raw),
             "sources": list(sources) + [record], "library": settings}
