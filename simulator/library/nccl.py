@@ -64,8 +64,8 @@ from ..topology.routing import Router
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
-from .netplugins import (NcclSettings, handshake_latency_us, network_step_latency_us,
-                         nccl_settings)
+from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, message_extra_us,
+                         nccl_settings, network_step_latency_us)
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath,
                        tree_chunk_bytes)
@@ -576,31 +576,64 @@ class NcclLibrary:
         return reasons
 
     @staticmethod
-    def _handshake_s(facts, c: Candidate, size_bytes: int, used: int, path, segments,
-                     tree_channels) -> float:
-        """The wait of the call's first network message for the receiver's control message,
-        on transports whose larger messages need one (aws-ofi-nccl's RDMA protocol: see
-        :mod:`simulator.library.netplugins`), s. Both ends start together, so what the
-        sender does before its first network send hides part of it: nothing in a ring (its
-        first step crosses machines), the chain up to the machine's tree root in a tree."""
+    def _network_message(facts, c: Candidate, collective: str, size_bytes: int, used: int,
+                         path, tree_chunk):
+        """One network message of the call, or None when no message crosses machines:
+        (its bytes on the wire, the sender's lead in us, the network steps on the call's
+        latency path, the messages one receiving connection takes in turn). The lead is what
+        the sender does before its first network send: nothing in a ring (its first step
+        crosses machines), the chain up to the machine's tree root in a tree. The latency
+        path has the network steps NCCL's latency model counts (a ring's 2(nodes-1) for
+        all-reduce, nodes-1 otherwise; a tree's 2 log2(nodes)). A ring's connection takes
+        one message every step, a tree's the messages of its way up and down."""
         if facts.nodes < 2 or c.algorithm not in ("ring", "tree", "nvls_tree"):
-            return 0.0
+            return None
         if c.algorithm == "ring":
             per_step = -(-size_bytes // max(1, used * facts.ranks))
             if path is not None:
                 per_step = min(per_step, path.chunk_bytes)
             lead_us = 0.0
-        elif c.algorithm == "tree":
-            channels = max(1, tree_channels or 1)
-            per_tree = -(-size_bytes // (2 * channels))
-            per_step = -(-per_tree // max(1, segments or 1))
-            lead_us = (max(1.0, facts.ranks_per_node) - 1) * c.intra_latency_us
+            on_path = 2 * (facts.nodes - 1) if collective == "allreduce" else facts.nodes - 1
+            in_turn = c.nsteps
         else:
-            per_step = min(NVLS_CHUNK_BYTES, -(-size_bytes // max(1, c.channels)))
-            lead_us = 0.0
-        wire = per_step / PAYLOAD_FRACTION[c.protocol]
+            if c.algorithm == "tree":
+                # each of the call's channels carries its share through one tree, in NCCL's
+                # chunks
+                per_step = -(-size_bytes // max(1, used))
+                if tree_chunk:
+                    per_step = min(per_step, tree_chunk)
+                lead_us = (max(1.0, facts.ranks_per_node) - 1) * c.intra_latency_us
+            else:
+                per_step = min(NVLS_CHUNK_BYTES, -(-size_bytes // max(1, c.channels)))
+                lead_us = 0.0
+            on_path = in_turn = 2 * log2i(facts.nodes)
+        return per_step / PAYLOAD_FRACTION[c.protocol], lead_us, on_path, in_turn
+
+    @classmethod
+    def _message_costs_s(cls, facts, c: Candidate, collective: str, size_bytes: int,
+                         used: int, path, tree_chunk) -> tuple[float, float]:
+        """(handshake, per-message costs) of the call, s, on transports that charge them (see
+        :mod:`simulator.library.netplugins`); NCCL's tuner knows none of them, so they change
+        the time and not its choice.
+
+        handshake
+            the first network message's wait for the receiver's control message
+            (aws-ofi-nccl's RDMA protocol), less the sender's lead: both ends start together;
+        per-message costs
+            a rendezvous read above the eager limit, on every network step of the latency
+            path; and the receiving CPU's copy of a payload that landed in a host buffer, for
+            every message one connection receives: one CPU thread copies them one after
+            the other, and the GPU waits for each.
+        """
+        message = cls._network_message(facts, c, collective, size_bytes, used, path,
+                                       tree_chunk)
+        if message is None:
+            return 0.0, 0.0
+        wire, lead_us, on_path, in_turn = message
         wait_us = handshake_latency_us(facts.transport, wire, facts.network)
-        return max(0.0, wait_us - lead_us) * 1e-6
+        extra_us = (on_path * message_extra_us(facts.transport, wire, facts.network)
+                    + in_turn * host_copy_us(facts.transport, wire, facts.network))
+        return max(0.0, wait_us - lead_us) * 1e-6, extra_us * 1e-6
 
     def _nccl_plan(self, graph, collective, size_bytes, gpus, facts, c: Candidate, host,
                    launch) -> Plan:
@@ -624,6 +657,7 @@ class NcclLibrary:
         options: dict = {}
         helpers: tuple = ()
         slices = None
+        tree_chunk = None
         nvlink_scale = 1.0
         fill_s = 0.0
         if c.algorithm == "ring":
@@ -678,8 +712,9 @@ class NcclLibrary:
             # the engine pipelines NCCL's own chunks (one FIFO step each, datapath.
             # tree_chunk_bytes), so a chunk's way through the chain and the network hops (the
             # pipeline fill) is NCCL's; MAX_TREE_SEGMENTS bounds the work for huge messages
-            segment = tree_chunk_bytes(c.protocol, int(size_bytes), c.channels, facts.nodes,
-                                       facts.ranks_per_node, self._simple_buffer(facts))
+            segment = tree_chunk = tree_chunk_bytes(
+                c.protocol, int(size_bytes), c.channels, facts.nodes, facts.ranks_per_node,
+                self._simple_buffer(facts))
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
             chains = (self._tree_chains(graph, gpus, tree_channels, local) if facts.nodes > 1
@@ -716,9 +751,9 @@ class NcclLibrary:
             fill_s = nvls_fill_s(v, c.algorithm, facts.generation, int(size_bytes), local,
                                  facts.nodes, c.algbw_GBps * 1e9 * self.scale["bandwidth"])
             fixed += fill_s
-        handshake_s = self._handshake_s(facts, c, int(size_bytes), used, path,
-                                        options.get("segments"), options.get("channels"))
-        fixed += handshake_s
+        handshake_s, messages_s = self._message_costs_s(
+            facts, c, collective, int(size_bytes), used, path, tree_chunk)
+        fixed += handshake_s + messages_s
         new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale,
                                      intra_scale)
         return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
@@ -730,6 +765,7 @@ class NcclLibrary:
                            "busbw_GBps": c.busbw_GBps, "channels_max": c.channels,
                            "intra_step_us": intra_lat, "inter_step_us": inter_lat,
                            **({"handshake_us": handshake_s * 1e6} if handshake_s else {}),
+                           **({"net_messages_us": messages_s * 1e6} if messages_s else {}),
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
 

@@ -118,6 +118,20 @@ class NetTransport:
         A network message larger than this cannot leave before the receiver's control
         message (its buffer's address) has arrived: the call's first such message waits one
         more message latency (None: the receiver never has to speak first).
+    rendezvous_above_bytes : int or None
+        A message larger than this goes by rendezvous: its first ``rendezvous_eager_bytes``
+        travel with the header, the receiver reads the rest with an RDMA read (None: the
+        transport's ``message_latency_us`` stands for every size).
+    rendezvous_eager_bytes : int
+        Payload a rendezvous message carries with its header.
+    rendezvous_extra_us : float
+        What a rendezvous message costs beyond NCCL's own network latency, us.
+    host_copy_above_bytes : int or None
+        The eager payload of every message lands in a host buffer and the receiver's CPU
+        copies it into the GPU's buffer; above this size with the slow copy (None: payloads
+        land in the GPU's buffer directly).
+    host_copy_us : float
+        One slow copy into GPU memory, us.
     settings : tuple of (tuple, NcclSettings)
         The platform's documented NCCL environment by the NCCL release it ships with:
         ``((major, minor), settings)`` pairs, oldest first; the last whose version is not newer
@@ -139,6 +153,11 @@ class NetTransport:
     flow_bytes_per_s: float = math.inf
     protocols: tuple | None = None
     handshake_above_bytes: int | None = None
+    rendezvous_above_bytes: int | None = None
+    rendezvous_eager_bytes: int = 0
+    rendezvous_extra_us: float = 0.0
+    host_copy_above_bytes: int | None = None
+    host_copy_us: float = 0.0
     settings: tuple = ()
     sources: dict = field(default_factory=dict)
 
@@ -175,6 +194,27 @@ class NetTransport:
             return 0.0
         return self.message_latency_us if self.message_latency_us is not None else \
             NCCL_NET_LL_LATENCY_US
+
+    def _rendezvous(self, message_bytes: float) -> bool:
+        return (self.rendezvous_above_bytes is not None
+                and message_bytes > self.rendezvous_above_bytes)
+
+    def message_extra_us(self, message_bytes: float) -> float:
+        """The latency one network message of ``message_bytes`` adds beyond its step latency,
+        us: the rendezvous read of a message above the eager limit (0 below it, and for
+        transports without one)."""
+        return self.rendezvous_extra_us if self._rendezvous(message_bytes) else 0.0
+
+    def host_copy_us_for(self, message_bytes: float) -> float:
+        """The receiving CPU's copy of one message's eager payload into the GPU, us: the slow
+        copy when the payload that lands in a host buffer (all of an eager message, the eager
+        part of a rendezvous) exceeds ``host_copy_above_bytes`` (0 without software
+        matching)."""
+        if self.host_copy_above_bytes is None:
+            return 0.0
+        eager = (min(message_bytes, self.rendezvous_eager_bytes)
+                 if self._rendezvous(message_bytes) else message_bytes)
+        return self.host_copy_us if eager > self.host_copy_above_bytes else 0.0
 
     def connection_bytes_per_s(self, line_bytes_per_s: float) -> float:
         """What one NCCL connection can carry on a NIC of ``line_bytes_per_s``."""
@@ -336,14 +376,24 @@ _add(NetTransport(
 #
 # * ``slingshot``: libfabric's default rendezvous threshold (16 KiB), which NERSC's and CSCS's
 #   NCCL settings keep: the small messages of latency-bound calls go eagerly, one send each;
+# * ``slingshot-sw``: the same thresholds with software message matching
+#   (FI_CXI_RX_MATCH_MODE=software, CSCS's NCCL settings until June 2026): libfabric posts no
+#   receive to the NIC, so every eager payload lands in a host request buffer and the
+#   receiving CPU copies it into the GPU's buffer, a CPU store through the GPU mapping up to
+#   4 KiB and a cudaMemcpy above;
 # * ``slingshot-rdzv``: HPE's NCCL environment (FI_CXI_RDZV_THRESHOLD=0, ..._GET_MIN=0,
 #   ..._EAGER_SIZE=0, FI_CXI_RDZV_PROTO=alt_read; CSCS lists it as the workaround for NCCL
-#   hangs): every non-empty message by rendezvous, a header and then an RDMA Get of the payload.
+#   hangs, and made it the default in June 2026; Isambard-AI's NCCL module sets it): every
+#   non-empty message by rendezvous, a header and then an RDMA Get of the payload.
+#
+# Above the eager limit (threshold plus FI_CXI_RDZV_GET_MIN) a message goes by rendezvous in
+# every setting: its first FI_CXI_RDZV_THRESHOLD bytes with the header, the rest by a Get.
 _SHS_DOCS = "HewlettPackard/shs-docs @ef07c6cef0f065741e0ca35ac796a22eb8574578"
 _SHS_CCL = "HewlettPackard/shs-ccl-docs @438fcceae02ef00292a72d3ae47d4d090b0b9215"
 _CXI_DRIVER = "HewlettPackard/shs-cxi-driver @9ce667e4cfe8f3a6dc6d36a98bc2ad4c9e29c6ad"
 _LIBFABRIC = "ofiwg/libfabric @af8ddbe92f033b7deb9c4e4f47197d1fd4bcf150"
 _CSCS = "eth-cscs/cscs-docs @80abed138e7cc52ebf6703b82ed02520ab9bf92f"
+_CSCS_2025 = "eth-cscs/cscs-docs @a186743fdcde7a6fea819fb56358c34b889cc022"
 
 #: Payload of one Slingshot (Portals, "HPC Ethernet") packet and the largest header around it:
 #: "HPC MTU is fixed at 2k. The largest HPC header is 64 bytes." -> C_MAX_HPC_MTU = 2048 + 64
@@ -369,6 +419,22 @@ CXI_RDZV_THRESHOLD_BYTES = 16384
 
 #: One rendezvous message: the header (a send) plus the receiver's Get round trip, us.
 CXI_RENDEZVOUS_MESSAGE_US = CXI_SEND_LATENCY_US + CXI_READ_LATENCY_US
+
+#: libfabric's default FI_CXI_RDZV_GET_MIN, bytes ("Avoid single packet Gets": ofiwg/libfabric
+#: prov/cxi/src/cxip_info.c ``.rdzv_get_min = 2049``): a send up to the threshold plus this
+#: goes eagerly (man/fi_cxi.7.md, FI_CXI_RDZV_GET_MIN). NERSC sets 0.
+CXI_RDZV_GET_MIN_BYTES = 2049
+
+#: Largest copy into GPU memory libfabric's cxi provider does with CPU stores through the GPU
+#: mapping; larger ones take "the slow HMEM copy routines" (``cxip_rxc_copy_to_hmem``,
+#: prov/cxi/include/cxip.h; ``CXIP_SAFE_DEVMEM_COPY_THRESH`` 4096, FI_CXI_SAFE_DEVMEM_COPY_
+#: THRESHOLD), which for CUDA is a cudaMemcpy (src/hmem_cuda.c ``cuda_copy_to_dev``) unless
+#: FI_HMEM_CUDA_USE_GDRCOPY is set.
+CXI_SAFE_DEVMEM_COPY_BYTES = 4096
+
+#: The fixed cost of one small cudaMemcpy, us: "currently a cudaMemcpy can incur in a 6-7us
+#: overhead" (NVIDIA/gdrcopy README.md, "What is inside"); the middle of the stated range.
+CUDA_MEMCPY_US = 6.5
 
 _CXI_SOURCES = {
     "framing": f"{_CXI_DRIVER} drivers/net/ethernet/hpe/ss1/cass_core.h:69-70 'HPC MTU is fixed "
@@ -407,12 +473,36 @@ _CXI_SOURCES = {
 }
 
 
-def _slingshot(name: str, label: str, message_us: float, message_source: str) -> NetTransport:
+#: Where a message above the eager limit, and its cost beyond NCCL's network latency, come from.
+_CXI_RENDEZVOUS_SOURCE = (
+    f"{_LIBFABRIC} man/fi_cxi.7.md FI_CXI_RDZV_GET_MIN: 'A Send with length less than or equal "
+    "to FI_CXI_RDZV_THRESHOLD plus FI_CXI_RDZV_GET_MIN will be performed using the eager "
+    "protocol. Larger Sends will be performed using the rendezvous protocol with "
+    "FI_CXI_RDZV_THRESHOLD bytes of payload sent eagerly and the remainder of the payload read "
+    "from the source using a Get'; threshold 16384 (prov/cxi/include/cxip.h), GET_MIN 2049 by "
+    "default (prov/cxi/src/cxip_info.c), 0 with NERSC's settings; the Get adds cxi_read_lat "
+    f"2.70 us to the header's 1.64 ({_SHS_DOCS} troubleshoot/cxi/cxi_diags_latency.md): "
+    "4.34 us, 1.64 beyond NCCL's 2.7")
+
+
+def _slingshot(name: str, label: str, message_us: float, message_source: str,
+               eager_bytes: int | None = None, host_copy: bool = False,
+               extra_sources: dict | None = None) -> NetTransport:
+    """A Slingshot transport; ``eager_bytes``: the eager limit (None: every message is a
+    rendezvous, priced by ``message_us``); ``host_copy``: software matching."""
+    rendezvous = {} if eager_bytes is None else dict(
+        rendezvous_above_bytes=eager_bytes, rendezvous_eager_bytes=CXI_RDZV_THRESHOLD_BYTES,
+        rendezvous_extra_us=max(0.0, CXI_RENDEZVOUS_MESSAGE_US - NCCL_NET_LL_LATENCY_US))
+    copy = {} if not host_copy else dict(host_copy_above_bytes=CXI_SAFE_DEVMEM_COPY_BYTES,
+                                         host_copy_us=CUDA_MEMCPY_US)
     return NetTransport(
         name, label, ("ethernet",), CXI_PACKET_PAYLOAD_BYTES + CXI_MAX_HEADER_BYTES,
         CXI_MAX_HEADER_BYTES, 0, message_latency_us=message_us, simple_extra_us=0.0,
         reported_latency_us=0.0, flows_per_connection=1, protocols=("LL", "Simple"),
-        sources={**_CXI_SOURCES, "message_latency_us": message_source})
+        **rendezvous, **copy,
+        sources={**_CXI_SOURCES, "message_latency_us": message_source,
+                 **({"rendezvous": _CXI_RENDEZVOUS_SOURCE} if rendezvous else {}),
+                 **(extra_sources or {})})
 
 
 _add(_slingshot(
@@ -422,7 +512,27 @@ _add(_slingshot(
     f"{_LIBFABRIC} prov/cxi/include/cxip.h) go eagerly, as with NERSC's settings "
     "(FI_CXI_RDZV_GET_MIN=0 only; docs.nersc.gov Perlmutter known issues, quoted in "
     "PRONTOLab/GB-25 README) and CSCS's nccl_env_vars (no FI_CXI_RDZV_*). Below NCCL's "
-    "2.7 us: nothing is added"))
+    "2.7 us: nothing is added",
+    eager_bytes=CXI_RDZV_THRESHOLD_BYTES))
+_add(_slingshot(
+    "slingshot-sw", "NET/AWS Libfabric (CXI, HPE Slingshot-11, software matching)",
+    CXI_SEND_LATENCY_US,
+    "as slingshot: eager sends 1.64 us (cxi_send_lat) up to FI_CXI_RDZV_THRESHOLD + "
+    "FI_CXI_RDZV_GET_MIN = 16384 + 2049 B (libfabric defaults, no FI_CXI_RDZV_* in CSCS's "
+    f"nccl_env_vars at {_CSCS_2025})",
+    eager_bytes=CXI_RDZV_THRESHOLD_BYTES + CXI_RDZV_GET_MIN_BYTES, host_copy=True,
+    extra_sources={
+        "host_copy": f"{_CSCS_2025} docs/software/communication/nccl_env_vars "
+                     "'FI_CXI_RX_MATCH_MODE=software' (until the 2026-06-17 change in "
+                     f"docs/clusters/daint.md at {_CSCS}); {_LIBFABRIC} man/fi_cxi.7.md "
+                     "FI_CXI_RX_MATCH_MODE 'software - Message matching is fully onloaded', "
+                     "eager request buffers 'to handle incoming unmatched messages'; "
+                     "prov/cxi/include/cxip.h 'User posted requests are queued here instead "
+                     "of on hardware if the RXC is in software endpoint mode' and "
+                     "cxip_rxc_copy_to_hmem: a CPU store up to FI_CXI_SAFE_DEVMEM_COPY_"
+                     "THRESHOLD (4096 B), else 'the slow HMEM copy routines' (src/hmem_cuda.c: "
+                     "cudaMemcpy); 'a cudaMemcpy can incur in a 6-7us overhead' (NVIDIA/gdrcopy "
+                     "README.md): 6.5 us per message whose eager payload exceeds 4 KiB"}))
 _add(_slingshot(
     "slingshot-rdzv", "NET/AWS Libfabric (CXI, HPE Slingshot-11, rendezvous)",
     CXI_RENDEZVOUS_MESSAGE_US,
@@ -481,6 +591,18 @@ def handshake_latency_us(transport, message_bytes: float, network: str = "ib") -
     """How long a call's first network message of ``message_bytes`` waits for the receiver's
     control message on ``transport``, us (see :class:`NetTransport`)."""
     return _resolve(transport, network).handshake_us(message_bytes)
+
+
+def message_extra_us(transport, message_bytes: float, network: str = "ib") -> float:
+    """The latency one network message of ``message_bytes`` adds on ``transport`` beyond its
+    step latency, us (see :meth:`NetTransport.message_extra_us`)."""
+    return _resolve(transport, network).message_extra_us(message_bytes)
+
+
+def host_copy_us(transport, message_bytes: float, network: str = "ib") -> float:
+    """The receiving CPU's copy of one network message of ``message_bytes`` into the GPU on
+    ``transport``, us (see :meth:`NetTransport.host_copy_us_for`)."""
+    return _resolve(transport, network).host_copy_us_for(message_bytes)
 
 
 def reported_latency_us(transport, protocol: str, network: str = "ib",

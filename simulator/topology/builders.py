@@ -555,9 +555,9 @@ def _add_machine(graph, i, gpus, gpu_device, gpu_reduce, cpu_device, intra, nvli
 #: Transports of ``gpu_cluster`` networks: ``rdma`` (NCCL's IB verbs transport: InfiniBand, or
 #: RoCE on Ethernet), ``tcp`` (NCCL's socket transport) and the named transports of
 #: :mod:`simulator.library.netplugins` (``ib``, ``roce``, ``efa``, ``efa2``, ``tcpxo``,
-#: ``tcpx``, ``socket``, ``slingshot``, ``slingshot-rdzv``).
+#: ``tcpx``, ``socket``, ``slingshot``, ``slingshot-sw``, ``slingshot-rdzv``).
 TRANSPORTS = ("rdma", "tcp", "ib", "roce", "efa", "efa2", "tcpxo", "tcpx", "socket",
-              "slingshot", "slingshot-rdzv")
+              "slingshot", "slingshot-sw", "slingshot-rdzv")
 
 
 BUILDERS = {"star": star, "fat_tree": fat_tree, "gpu_cluster": gpu_cluster}
