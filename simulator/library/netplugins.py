@@ -374,17 +374,19 @@ _add(NetTransport(
 # protocol (tagged send/recv; RDMA is chosen only for several NICs per NCCL device). What one
 # NCCL message costs depends on the libfabric settings a site documents:
 #
-# * ``slingshot``: libfabric's default rendezvous threshold (16 KiB), which NERSC's and CSCS's
-#   NCCL settings keep: the small messages of latency-bound calls go eagerly, one send each;
+# * ``slingshot``: libfabric's default rendezvous threshold (16 KiB) with hardware matching,
+#   as NERSC's settings and HPE's current ccl_env.sh (shs-ccl-docs @b1502307) keep it: the
+#   small messages of latency-bound calls go eagerly, one send each;
 # * ``slingshot-sw``: the same thresholds with software message matching
 #   (FI_CXI_RX_MATCH_MODE=software, CSCS's NCCL settings until June 2026): libfabric posts no
 #   receive to the NIC, so every eager payload lands in a host request buffer and the
 #   receiving CPU copies it into the GPU's buffer, a CPU store through the GPU mapping up to
 #   4 KiB and a cudaMemcpy above;
-# * ``slingshot-rdzv``: HPE's NCCL environment (FI_CXI_RDZV_THRESHOLD=0, ..._GET_MIN=0,
-#   ..._EAGER_SIZE=0, FI_CXI_RDZV_PROTO=alt_read; CSCS lists it as the workaround for NCCL
-#   hangs, and made it the default in June 2026; Isambard-AI's NCCL module sets it): every
-#   non-empty message by rendezvous, a header and then an RDMA Get of the payload.
+# * ``slingshot-rdzv``: HPE's NCCL environment at shs-ccl-docs @438fccea
+#   (FI_CXI_RDZV_THRESHOLD=0, ..._GET_MIN=0, ..._EAGER_SIZE=0, FI_CXI_RDZV_PROTO=alt_read;
+#   CSCS listed it as the workaround for NCCL hangs and made it the default in June 2026;
+#   Isambard-AI's and Sigma2 Olivia's NCCL modules set it): every non-empty message by
+#   rendezvous, a header and then an RDMA Get of the payload.
 #
 # Above the eager limit (threshold plus FI_CXI_RDZV_GET_MIN) a message goes by rendezvous in
 # every setting: its first FI_CXI_RDZV_THRESHOLD bytes with the header, the rest by a Get.
@@ -511,8 +513,9 @@ _add(_slingshot(
     "send between two NICs); messages up to FI_CXI_RDZV_THRESHOLD (default 16384 B, "
     f"{_LIBFABRIC} prov/cxi/include/cxip.h) go eagerly, as with NERSC's settings "
     "(FI_CXI_RDZV_GET_MIN=0 only; docs.nersc.gov Perlmutter known issues, quoted in "
-    "PRONTOLab/GB-25 README) and CSCS's nccl_env_vars (no FI_CXI_RDZV_*). Below NCCL's "
-    "2.7 us: nothing is added",
+    "PRONTOLab/GB-25 README) and HPE's current ccl_env.sh (HewlettPackard/shs-ccl-docs "
+    "@b1502307: no threshold, FI_CXI_RX_MATCH_MODE=hybrid). Below NCCL's 2.7 us: nothing is "
+    "added",
     eager_bytes=CXI_RDZV_THRESHOLD_BYTES))
 _add(_slingshot(
     "slingshot-sw", "NET/AWS Libfabric (CXI, HPE Slingshot-11, software matching)",
