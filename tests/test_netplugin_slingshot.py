@@ -65,6 +65,13 @@ def test_constants_of_both_settings():
             rows[name]["sources"])
     assert "rendezvous" in rows["slingshot"]["sources"]
     assert "host_copy" in rows["slingshot-sw"]["sources"]
+    # the size-dependent costs are listed with the transport (hand values)
+    assert (rows["slingshot"]["rendezvous_above_bytes"],
+            rows["slingshot-sw"]["rendezvous_above_bytes"]) == (16384, 16384 + 2049)
+    assert rows["slingshot-sw"]["host_copy_above_bytes"] == 4096
+    assert rows["slingshot-sw"]["host_copy_us"] == pytest.approx(COPY_US)
+    assert rows["slingshot"]["host_copy_above_bytes"] is None
+    assert rows["slingshot-rdzv"]["rendezvous_above_bytes"] is None
 
 
 @pytest.mark.parametrize("wire_bytes, hardware, software", [

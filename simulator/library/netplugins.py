@@ -654,6 +654,10 @@ def describe() -> list[dict]:
                      "reported_latency_us": t.reported_latency_us,
                      "flows_per_connection": t.flows_per_connection,
                      "handshake_above_bytes": t.handshake_above_bytes,
+                     "rendezvous_above_bytes": t.rendezvous_above_bytes,
+                     "rendezvous_extra_us": t.rendezvous_extra_us,
+                     "host_copy_above_bytes": t.host_copy_above_bytes,
+                     "host_copy_us": t.host_copy_us,
                      "protocols": t.settings_for().protocols,
                      "settings": [(".".join(map(str, since)), entry.release, entry.protocols,
                                    entry.algorithms, entry.simple_buffer_bytes)
