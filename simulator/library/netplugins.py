@@ -423,19 +423,23 @@ CXI_RDZV_THRESHOLD_BYTES = 16384
 CXI_RENDEZVOUS_MESSAGE_US = CXI_SEND_LATENCY_US + CXI_READ_LATENCY_US
 
 #: libfabric's default FI_CXI_RDZV_GET_MIN, bytes ("Avoid single packet Gets": ofiwg/libfabric
-#: prov/cxi/src/cxip_info.c ``.rdzv_get_min = 2049``): a send up to the threshold plus this
-#: goes eagerly (man/fi_cxi.7.md, FI_CXI_RDZV_GET_MIN). NERSC sets 0.
+#: @af8ddbe9 prov/cxi/src/cxip_info.c:622 ``.rdzv_get_min = 2049``): a send up to the
+#: threshold plus this goes eagerly (man/fi_cxi.7.md:1005-1011, FI_CXI_RDZV_GET_MIN). NERSC
+#: sets 0.
 CXI_RDZV_GET_MIN_BYTES = 2049
 
-#: Largest copy into GPU memory libfabric's cxi provider does with CPU stores through the GPU
-#: mapping; larger ones take "the slow HMEM copy routines" (``cxip_rxc_copy_to_hmem``,
-#: prov/cxi/include/cxip.h; ``CXIP_SAFE_DEVMEM_COPY_THRESH`` 4096, FI_CXI_SAFE_DEVMEM_COPY_
-#: THRESHOLD), which for CUDA is a cudaMemcpy (src/hmem_cuda.c ``cuda_copy_to_dev``) unless
-#: FI_HMEM_CUDA_USE_GDRCOPY is set.
+#: Largest copy into GPU memory libfabric's cxi provider does with CPU stores through the GPU's
+#: registered mapping; a larger one takes the HMEM copy functions (ofiwg/libfabric @af8ddbe9
+#: prov/cxi/include/cxip.h:2113-2135 ``cxip_copy_to_md``: "Favor dev reg access instead of
+#: relying on HMEM copy functions"; ``CXIP_SAFE_DEVMEM_COPY_THRESH`` 4096 at cxip.h:134,
+#: FI_CXI_SAFE_DEVMEM_COPY_THRESHOLD), which for CUDA is a cudaMemcpy (src/hmem_cuda.c:455-459
+#: ``cuda_copy_to_dev``). Older releases say it more plainly ("the slow HMEM copy routines",
+#: ``cxip_rxc_copy_to_hmem``).
 CXI_SAFE_DEVMEM_COPY_BYTES = 4096
 
 #: The fixed cost of one small cudaMemcpy, us: "currently a cudaMemcpy can incur in a 6-7us
-#: overhead" (NVIDIA/gdrcopy README.md, "What is inside"); the middle of the stated range.
+#: overhead" (NVIDIA/gdrcopy @00cf81f3 README.md, "What is inside"); the middle of the stated
+#: range.
 CUDA_MEMCPY_US = 6.5
 
 _CXI_SOURCES = {
@@ -528,14 +532,15 @@ _add(_slingshot(
         "host_copy": f"{_CSCS_2025} docs/software/communication/nccl_env_vars "
                      "'FI_CXI_RX_MATCH_MODE=software' (until the 2026-06-17 change in "
                      f"docs/clusters/daint.md at {_CSCS}); {_LIBFABRIC} man/fi_cxi.7.md "
-                     "FI_CXI_RX_MATCH_MODE 'software - Message matching is fully onloaded', "
-                     "eager request buffers 'to handle incoming unmatched messages'; "
-                     "prov/cxi/include/cxip.h 'User posted requests are queued here instead "
-                     "of on hardware if the RXC is in software endpoint mode' and "
-                     "cxip_rxc_copy_to_hmem: a CPU store up to FI_CXI_SAFE_DEVMEM_COPY_"
-                     "THRESHOLD (4096 B), else 'the slow HMEM copy routines' (src/hmem_cuda.c: "
-                     "cudaMemcpy); 'a cudaMemcpy can incur in a 6-7us overhead' (NVIDIA/gdrcopy "
-                     "README.md): 6.5 us per message whose eager payload exceeds 4 KiB"}))
+                     "FI_CXI_RX_MATCH_MODE (l.1151) 'software - Message matching is fully "
+                     "onloaded', eager request buffers 'to handle incoming unmatched "
+                     "messages'; prov/cxi/include/cxip.h:2056 'User posted requests are queued "
+                     "here instead of on hardware if the RXC is in software endpoint mode' and "
+                     "cxip_copy_to_md (l.2113-2135): a store through the registered mapping up "
+                     "to FI_CXI_SAFE_DEVMEM_COPY_THRESHOLD (4096 B, l.134), else the HMEM copy "
+                     "(src/hmem_cuda.c:455-459: cudaMemcpy); 'a cudaMemcpy can incur in a "
+                     "6-7us overhead' (NVIDIA/gdrcopy @00cf81f3 README.md): 6.5 us per message "
+                     "whose eager payload exceeds 4 KiB"}))
 _add(_slingshot(
     "slingshot-rdzv", "NET/AWS Libfabric (CXI, HPE Slingshot-11, rendezvous)",
     CXI_RENDEZVOUS_MESSAGE_US,
