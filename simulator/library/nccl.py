@@ -67,8 +67,8 @@ from .transport import NETWORK_LINK_KINDS, framing
 from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, message_extra_us,
                          nccl_settings, network_step_latency_us)
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
-from .datapath import (THREAD_THRESHOLD, THREADS, DataPath, nvls_fill_s, ring_datapath,
-                       tree_chunk_bytes)
+from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
+                       nvls_fill_s, ring_datapath, tree_chunk_bytes)
 from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
                              NcclVersion, get_version,
                              inter_cpu_GBps)
@@ -773,7 +773,9 @@ class NcclLibrary:
         """Bus bandwidth one ring channel (one thread block) moves, GB/s: half the graph
         search's per-channel bandwidth of the generation (each search channel becomes two,
         ``connect.cc``), times the protocol's ring factor and per-channel cap (``tuning.cc``:
-        LL ``x ring_ll_factor``, LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``)."""
+        LL ``x ring_ll_factor``, LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``), and
+        for LL128 the share of that a channel really moves
+        (:data:`~simulator.library.datapath.LL128_RING_CHANNEL_RATE`, fitted on A100)."""
         v = self.version
         speed = CHANNEL_SPEED[facts.generation]
         if protocol == "LL":
@@ -781,6 +783,7 @@ class NcclLibrary:
         elif protocol == "LL128":
             speed = min(speed * v.ring_ll128_factor, v.per_channel_ring_ll128.get(
                 facts.generation, (math.inf,) * 3)[0])
+            speed *= LL128_RING_CHANNEL_RATE.get(facts.generation, 1.0)
         return speed / 2.0
 
     def _tree_chains(self, graph: nx.DiGraph, gpus: int, channels: int, local: int):
