@@ -117,9 +117,10 @@ class DataPath:
 #: run in ``tests/data/measurements/nccl_thanos_a100sxm80_1node.csv`` (``thanos_a100_mpi``:
 #: 8 x A100-SXM4-80GB, NVSwitch, ``mpirun -np 8 ... -g 1``), where 1.0 left them 15.4 % too
 #: fast; 0.77 leaves -0.1 %. Checked on the files it was not fitted to (the same machine's
-#: ``-g 8`` run, the dkh and OCI DGX-A100 tables): docs/validation/sources.md, "LL128 on one
-#: A100 machine". Other generations keep the tuner's rate (no single-machine LL128 table).
+#: ``-g 8`` run, the dkh and OCI DGX-A100 tables): docs/validation/sources.md, "LL128 rings on
+#: one A100 machine". Other generations keep the tuner's rate (no single-machine LL128 table).
 LL128_RING_CHANNEL_RATE = {"ampere": 0.77}
+
 
 def runtime_channels(version: NcclVersion, graph_channels: int) -> int:
     """The communicator's channels: the search's, doubled (``connect.cc``), at most
