@@ -16,6 +16,7 @@ from simulator.collective import run_collective
 from simulator.errors import ConfigError
 from simulator.library import default_library, get_library, parse_launch
 from simulator.library.launch import Launch, launch_from_notes
+from simulator.library.machine import machine_facts
 from simulator.library.nccl_constants import get_version
 from simulator.schedules import make_schedule
 from simulator.schedules.double_tree import channel_trees
@@ -68,10 +69,67 @@ def test_multi_node_ring_latency_counts_network_steps_and_amd_overhead():
     lib = get_library("nccl", version="2.30")
     assert _cand(lib, A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
         6.6 + 28 * 2.0 + 2 * 2.7)
-    # 2.12: no net overhead, LL intra latency x1.8 across nodes
-    lib = get_library("nccl", version="2.12")
+    # 2.10 / 2.11: no net overhead, LL intra latency x1.8 across nodes, 2 (nNodes - 1)
+    # network steps (v2.10.3-1 tuning.cc:115)
+    lib = get_library("nccl", version="2.11.4")
+    assert lib.version.name == "2.10"
     assert _cand(lib, A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
         3.6 + 28 * 0.47 * 1.8 + 2 * 2.7)
+    # 2.12 to 2.17 count 2 x nNodes network steps for an all-reduce (v2.12.12-1 tuning.cc:114)
+    for version in ("2.12", "2.14"):
+        lib = get_library("nccl", version=version)
+        assert _cand(lib, A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
+            3.6 + 26 * 0.47 * 1.8 + 4 * 2.7)
+    # 2.18 to 2.22 too (v2.18.3-1 tuning.cc:161), with 2.18's AMD net overhead per intra step
+    lib = get_library("nccl", version="2.18")
+    assert _cand(lib, A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
+        6.6 + 26 * 2.0 + 4 * 2.7)
+    # the network ring Simple step: 9.6 us in 2.10-2.11 and 2.14-2.17, 28 in 2.12-2.13
+    nets = {v: get_library("nccl", version=v).version.hw_latency_us["net"]["ring"][2]
+            for v in ("2.10", "2.12", "2.14")}
+    assert nets == {"2.10": 9.6, "2.12": 28, "2.14": 9.6}
+
+
+@pytest.mark.parametrize("asked, table", [
+    ("2.9.9", "2.5"), ("2.10.3", "2.10"), ("2.11.4", "2.10"), ("2.12.12", "2.12"),
+    ("2.13.4", "2.12"), ("2.14.3", "2.14"), ("2.17.1", "2.14"), ("2.18.3", "2.18"),
+    ("2.30.4", "2.30"),
+])
+def test_each_release_gets_the_newest_table_not_newer(asked, table):
+    assert get_library("nccl", version=asked).version.name == table
+
+
+@pytest.mark.parametrize("version, cap", [("2.10", 235.0), ("2.12", 235.0), ("2.14", 235.0),
+                                          ("2.18", None)])
+def test_nccl_210_to_212_cap_a100_bus_bandwidth_at_235(version, cap):
+    """``if (compCap80) busBw = std::min(busBw, 235.0f)`` (v2.10.3-1 to v2.17.1-1 tuning.cc),
+    gone in 2.18: 12 NVLink3 links at NCCL's 20 GB/s are 240 GB/s."""
+    simple = _cand(get_library("nccl", version=version), A100, 1 << 30, 8, "ring", "Simple")
+    assert simple.busbw_GBps == pytest.approx(cap if cap else 240.0)
+
+
+@pytest.mark.parametrize("version", ["2.10", "2.12", "2.30"])
+def test_tree_correction_from_nccl_210(version):
+    """treeCorrectionFactor (identical from 2.10.3 to 2.30.7): at 64 KiB, log2(64 KiB / 64) =
+    10, the LL tree runs at 0.6 of its bus bandwidth, Simple at 0.6, LL128 at 0.6."""
+    lib = get_library("nccl", version=version)
+    for proto in ("LL", "LL128", "Simple"):
+        tree = _cand(lib, A100_2, 64 << 10, 16, "tree", proto)
+        assert tree.algbw_GBps == pytest.approx(0.5 * tree.busbw_GBps * 0.6)
+
+
+@pytest.mark.parametrize("version, below, at", [
+    ("2.12", 32 << 10, 64 << 10),     # nBytes >= nRanks / 16 x 64 KiB: 16 ranks -> 64 KiB
+    ("2.30", 16 << 10, 32 << 10),     # nBytes / (32 run-time channels x 16 ranks) >= 64
+])
+def test_ring_plateau_starts_where_nccl_says(version, below, at):
+    lib = get_library("nccl", version=version)
+    base = lib.version.plateau[1]          # A100: compute capability 8.0
+    small = _cand(lib, A100_2, below, 16, "ring", "Simple")
+    large = _cand(lib, A100_2, at, 16, "ring", "Simple")
+    lat, *_ = lib._latency("ring", "Simple", 2, "allreduce", 30, machine_facts(A100_2, 16))
+    assert small.latency_us == pytest.approx(lat)
+    assert large.latency_us == pytest.approx(lat * base)
 
 
 def test_protocol_bandwidths_follow_nccl_refinements():

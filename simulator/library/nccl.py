@@ -68,7 +68,7 @@ from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, messa
                          nccl_settings, network_step_latency_us)
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
-                       nvls_fill_s, ring_datapath, tree_chunk_bytes)
+                       nvls_fill_s, ring_datapath, runtime_channels, tree_chunk_bytes)
 from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
                              NcclVersion, get_version,
                              inter_cpu_GBps)
@@ -344,11 +344,11 @@ class NcclLibrary:
                 # v2.9.9 to 2.30.7), so large messages go to the tree there
                 algo_wire = (min(intra_bw, 2.0 * inter_bw) if algo == "tree" and nodes == 2
                              else wire)
-                bus = algo_wire
+                bus = min(algo_wire, v.busbw_cap.get(gen, math.inf))
                 if algo == "ring" and proto == "LL":
                     bus = min(ll_max, bus * v.ring_ll_factor)
                 if algo == "ring" and proto == "LL128":
-                    factor = 0.7 if (ppn < 2 and v.name in ("2.12", "2.18", "2.21")) \
+                    factor = 0.7 if (ppn < 2 and v.name in ("2.10", "2.12", "2.14", "2.18", "2.21")) \
                         else v.ring_ll128_factor
                     cap = v.per_channel_ring_ll128.get(gen, (math.inf,) * 3)[slot] * channels
                     bus = min(bus * factor, cap)
@@ -391,8 +391,7 @@ class NcclLibrary:
                 if (algo == "tree" and v.tree_correction and 0 <= log_size < 23):
                     algbw_eff *= v.tree_correction[p_index][log_size]
                 if (algo == "ring" and proto == "Simple" and nodes > 1
-                        and collective == "allreduce"
-                        and size_bytes / (channels * n) >= 64):
+                        and collective == "allreduce" and self._plateau(size_bytes, n, channels)):
                     lat *= v.plateau[0 if facts.compute_capability < 80 else 1]
                 lat *= self.scale["latency"]
                 algbw_eff *= self.scale["bandwidth"]
@@ -401,6 +400,15 @@ class NcclLibrary:
                                      intra_lat, inter_lat, algo_wire, steps_lat, nsteps))
         out.sort(key=lambda c: c.predicted_time_us)
         return out
+
+    def _plateau(self, size_bytes: int, ranks: int, channels: int) -> bool:
+        """Whether NCCL's ring/Simple "plateau" latency multiplier applies to a multi-machine
+        all-reduce of ``size_bytes`` (``ncclTopoGetAlgoTime``): 2.10-2.17 from ``nRanks/16 x
+        64 KiB``, 2.18 on from 64 bytes per rank and run-time channel (``comm->nChannels``,
+        the search's channels doubled by ``connect.cc``)."""
+        if self.version.plateau_trigger == "ranks":
+            return size_bytes >= ranks / 16.0 * 65536
+        return size_bytes / (runtime_channels(self.version, channels) * ranks) >= 64
 
     def _settings(self, facts: MachineFacts) -> NcclSettings | None:
         """The NCCL environment the network platform documents (machines joined by a plugin
@@ -439,11 +447,12 @@ class NcclLibrary:
             if v.net_overhead and nodes > 1:
                 overhead = 2.0 if facts.cpu_vendor == "amd" else 1.0
                 intra = max(intra, overhead * (3 if proto == "Simple" else 1))
-            if v.number < (2, 12):
+            if v.number < (2, 10):
                 # NCCL 2.5 charges every step the latency of the slowest link class.
                 intra = inter = hw["net" if nodes > 1 else facts.intra_hw]["ring"][p]
-            n_inter = 0 if nodes == 1 else (2 * (nodes - 1) if collective == "allreduce"
-                                            else nodes - 1)
+            n_inter = 0 if nodes == 1 else (
+                (2 * nodes if v.inter_steps_all_nodes else 2 * (nodes - 1))
+                if collective == "allreduce" else nodes - 1)
             lat += (nsteps - n_inter) * intra + n_inter * inter
         elif algo == "tree":
             lat += 2 * ((ppn - 1) * intra + log2i(nodes) * inter)

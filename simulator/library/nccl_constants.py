@@ -77,6 +77,19 @@ class NcclVersion:
         empty where the version has none.
     max_channels : int
         ``MAXCHANNELS``: the most channels a communicator runs (32 up to 2.24, 64 from 2.25).
+    busbw_cap : dict
+        A cap on every algorithm's bus bandwidth by generation, GB/s, before the protocol
+        factors (2.8-2.17: ``if (compCap80) busBw = std::min(busBw, 235.0f)``); empty from
+        2.18.
+    plateau_trigger : str
+        When the ring/Simple multi-machine all-reduce "plateau" multiplier applies: ``"ranks"``
+        (2.10-2.17: ``nBytes >= nRanks/16.0*65536``) or ``"channels"`` (2.18 on:
+        ``nBytes/(comm->nChannels*nRanks) >= 64``, the communicator's run-time channels).
+    inter_steps_all_nodes : bool
+        2.12 to 2.22 count ``2 x nNodes`` network steps in an all-reduce ring (``nNodes > 1 ?
+        2*nNodes : 0``, v2.12.12-1:114 .. v2.21.5-1:161), 2.10-2.11 and 2.23 on ``2 x (nNodes -
+        1)`` (v2.23.4-1:258). The 2.21 table serves 2.21 to 2.29 and keeps ``2 x (nNodes - 1)``,
+        the rule of most of them.
     min_traffic_per_channel : int
         ``MinTrafficPerChannel`` of the kernel planner (bytes of traffic below which a
         collective is not spread over another channel; 2.30: 32 KiB), 0 where the version
@@ -106,6 +119,9 @@ class NcclVersion:
     tree_correction: tuple = ()
     max_channels: int = 32
     min_traffic_per_channel: int = 0
+    busbw_cap: dict = field(default_factory=dict)
+    plateau_trigger: str = "channels"
+    inter_steps_all_nodes: bool = False
 
     @property
     def number(self) -> tuple[int, int]:
@@ -154,22 +170,41 @@ _add(NcclVersion(
     tree_ll_factor=1.0 / 3.0, ll128_generations=("volta",), net_overhead=False,
     plateau=(1.0, 1.0), nvls=False,
 ))
-_add(NcclVersion(
-    name="2.12", source="NVIDIA/nccl v2.12.12-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
-    "perChMaxTreeBws, ll128MaxBwPerCh 20; enqueue.cc plateau 1.9)",
-    base_latency_us=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (4.4, 4.4, 0.0)),
-    hw_latency_us={
+#: What 2.10 to 2.17 share (v2.10.3-1 and v2.11.4-1 ``src/graph/tuning.cc`` are identical;
+#: v2.12.12-1 and v2.13.4-1 set ``hwLat[NET][Ring][Simple]`` to 28 instead of 9.6, and from 2.12
+#: to 2.17 an all-reduce ring counts ``2 x nNodes`` network steps).
+def _hw_latency_210(net_ring_simple: float) -> dict:
+    """``hwLat`` of 2.10 to 2.17: identical but for the network ring's Simple step."""
+    return {
         "nvlink": _lat((.52, 1.25, 28), (.47, 1.9, 3.4), (.5, 1.2, 8.0)),
         "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 8.0)),
-        "net": _lat((5.0, 8.5, 28), (2.7, 4.0, 28), (5.0, 5.0, 10.7)),
-    },
+        "net": _lat((5.0, 8.5, 28), (2.7, 4.0, net_ring_simple), (5.0, 5.0, 10.7)),
+    }
+
+
+_V210_212 = dict(
+    base_latency_us=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (4.4, 4.4, 0.0)),
     ll_max_busbw=_LL_MAX_212,
     per_channel_ring_ll128={g: (20.0,) * 3 for g in GENERATIONS},
     per_channel_tree={"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8)},
     per_channel_tree_ll128={g: (20.0,) * 3 for g in GENERATIONS},
     ring_ll_factor=0.25, ll128_generations=("volta", "ampere"), net_overhead=False,
     ll_multinode_intra_factor=1.8, plateau=(1.9, 1.9), nvls=False,
-))
+    tree_correction=_TREE_CORRECTION, busbw_cap={"ampere": 235.0}, plateau_trigger="ranks",
+)
+for _name, _net_ring_simple, _all_nodes, _source in (
+        ("2.10", 9.6, False, "NVIDIA/nccl v2.10.3-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
+         "perChMaxTreeBws, ll128MaxBwPerCh 20, compCap80 cap 235 :127, nInterSteps 2 x (nNodes "
+         "- 1) :115, treeCorrectionFactor :265-271, ring plateau :282-283); v2.11.4-1 identical"),
+        ("2.12", 28, True, "NVIDIA/nccl v2.12.12-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
+         "perChMaxTreeBws, ll128MaxBwPerCh 20, compCap80 cap 235 :126, nInterSteps 2 x nNodes "
+         ":114, treeCorrectionFactor :267-271, ring plateau 1.9 :282-283); v2.13.4-1 the same"),
+        ("2.14", 9.6, True, "NVIDIA/nccl v2.14.3-1 src/graph/tuning.cc: the 2.12 table with "
+         "hwLat[NET][Ring][Simple] back at 9.6 (:71); the same in v2.15.5-1, v2.16.5-1 and "
+         "v2.17.1-1 (2.17 adds Hopper rows and NVLS, not tabled here: use 2.18 for Hopper)")):
+    _add(NcclVersion(name=_name, source=_source,
+                     hw_latency_us=_hw_latency_210(net_ring_simple=_net_ring_simple),
+                     inter_steps_all_nodes=_all_nodes, **_V210_212))
 _add(NcclVersion(
     name="2.18", source="NVIDIA/nccl v2.18.3-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
     "perChMax*Bws, nvlsEfficiency; enqueue.cc plateau)",
@@ -186,6 +221,7 @@ _add(NcclVersion(
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
     ring_ll_factor=0.25, ll128_generations=("volta", "ampere", "hopper"),
     nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
+    inter_steps_all_nodes=True,
 ))
 _add(NcclVersion(
     name="2.21", source="NVIDIA/nccl v2.21.5-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
