@@ -99,6 +99,16 @@ def test_each_release_gets_the_newest_table_not_newer(asked, table):
     assert get_library("nccl", version=asked).version.name == table
 
 
+@pytest.mark.parametrize("version, factor", [("2.10", 0.7), ("2.21", 0.7), ("2.30", 0.92)])
+def test_ll128_ring_with_one_gpu_per_machine(version, factor):
+    """``busBw * (ppn < 2 ? 0.7 : 0.92)`` for LL128 rings (v2.10.3-1:129 .. v2.21.5-1:181; 2.23
+    on keeps 0.92 whatever the GPUs per machine)."""
+    one = load_topology("dgx-a100-2node", {"gpus_per_node": 1})
+    ll128 = _cand(get_library("nccl", version=version), one, 1 << 30, 2, "ring", "LL128")
+    assert ll128.busbw_GBps == pytest.approx(
+        min(ll128.wire_busbw_GBps, 235.0 if version == "2.10" else float("inf")) * factor)
+
+
 @pytest.mark.parametrize("version, cap", [("2.10", 235.0), ("2.12", 235.0), ("2.14", 235.0),
                                           ("2.18", None)])
 def test_nccl_210_to_212_cap_a100_bus_bandwidth_at_235(version, cap):

@@ -348,8 +348,9 @@ class NcclLibrary:
                 if algo == "ring" and proto == "LL":
                     bus = min(ll_max, bus * v.ring_ll_factor)
                 if algo == "ring" and proto == "LL128":
-                    factor = 0.7 if (ppn < 2 and v.name in ("2.10", "2.12", "2.14", "2.18", "2.21")) \
-                        else v.ring_ll128_factor
+                    factor = (v.ring_ll128_one_rank_factor
+                              if ppn < 2 and v.ring_ll128_one_rank_factor is not None
+                              else v.ring_ll128_factor)
                     cap = v.per_channel_ring_ll128.get(gen, (math.inf,) * 3)[slot] * channels
                     bus = min(bus * factor, cap)
                 if algo == "tree":

@@ -53,6 +53,9 @@ class NcclVersion:
         Ring/LL bus bandwidth = this x the wire rate (LL moves 8 payload bytes per 16).
     ring_ll128_factor : float
         Ring/LL128 (NCCL writes 0.92 for 120/128).
+    ring_ll128_one_rank_factor : float or None
+        Ring/LL128 with one GPU per machine (``ppn < 2 ? 0.7 : 0.92``: 2.8 to 2.22,
+        v2.10.3-1:129, v2.21.5-1:181; gone in v2.23.4-1); None: ``ring_ll128_factor``.
     tree_factor, tree_ll_factor : float
         Tree bus bandwidth factors (all protocols; LL on top).
     ll128_generations : tuple
@@ -107,6 +110,7 @@ class NcclVersion:
     per_channel_nvls_tree: dict = field(default_factory=dict)
     ring_ll_factor: float = 0.5
     ring_ll128_factor: float = 0.92
+    ring_ll128_one_rank_factor: float | None = None
     tree_factor: float = 0.92
     tree_ll_factor: float = 1.0 / 3.8
     ll128_generations: tuple = ("volta", "ampere", "hopper", "blackwell")
@@ -182,7 +186,7 @@ def _hw_latency_210(net_ring_simple: float) -> dict:
     }
 
 
-_V210_212 = dict(
+_V210_TO_217 = dict(
     base_latency_us=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (4.4, 4.4, 0.0)),
     ll_max_busbw=_LL_MAX_212,
     per_channel_ring_ll128={g: (20.0,) * 3 for g in GENERATIONS},
@@ -191,6 +195,7 @@ _V210_212 = dict(
     ring_ll_factor=0.25, ll128_generations=("volta", "ampere"), net_overhead=False,
     ll_multinode_intra_factor=1.8, plateau=(1.9, 1.9), nvls=False,
     tree_correction=_TREE_CORRECTION, busbw_cap={"ampere": 235.0}, plateau_trigger="ranks",
+    ring_ll128_one_rank_factor=0.7,
 )
 for _name, _net_ring_simple, _all_nodes, _source in (
         ("2.10", 9.6, False, "NVIDIA/nccl v2.10.3-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
@@ -204,7 +209,7 @@ for _name, _net_ring_simple, _all_nodes, _source in (
          "v2.17.1-1 (2.17 adds Hopper rows and NVLS, not tabled here: use 2.18 for Hopper)")):
     _add(NcclVersion(name=_name, source=_source,
                      hw_latency_us=_hw_latency_210(net_ring_simple=_net_ring_simple),
-                     inter_steps_all_nodes=_all_nodes, **_V210_212))
+                     inter_steps_all_nodes=_all_nodes, **_V210_TO_217))
 _add(NcclVersion(
     name="2.18", source="NVIDIA/nccl v2.18.3-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
     "perChMax*Bws, nvlsEfficiency; enqueue.cc plateau)",
@@ -222,6 +227,7 @@ _add(NcclVersion(
     ring_ll_factor=0.25, ll128_generations=("volta", "ampere", "hopper"),
     nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
     inter_steps_all_nodes=True,
+    ring_ll128_one_rank_factor=0.7,
 ))
 _add(NcclVersion(
     name="2.21", source="NVIDIA/nccl v2.21.5-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
@@ -239,6 +245,7 @@ _add(NcclVersion(
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
     ll128_generations=("volta", "ampere", "hopper"),
     nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
+    ring_ll128_one_rank_factor=0.7,
 ))
 _add(NcclVersion(
     name="2.30", source="NVIDIA/nccl master 2.30.7 (5067397c) src/graph/tuning.cc "
