@@ -261,11 +261,13 @@ def test_tree_chunks_are_nccls(protocol, size, channels, nodes, ppn, chunk):
 
 
 def test_tree_pipelines_nccls_chunks():
-    """The engine's tree segments are NCCL's chunks (2 x p4de, 8 MiB, LL128: 72,000 B), so a
-    mid-size tree pays the fill of its chunks through the chain and the network."""
-    graph = load_topology("aws-p4d", {"nodes": 2, "gpu": "a100-sxm4-80gb"})
+    """The engine's tree segments are NCCL's chunks (2 DGX A100 over InfiniBand, 8 MiB, LL128:
+    72,000 B), so a mid-size tree pays the fill of its chunks through the chain and the
+    network. (p4d's EFA runs Simple only: tests/test_measurements_aws_p4d.py.)"""
+    graph = load_topology("dgx-a100-2node")
     lib = get_library("nccl")
-    plan = lib.plan(graph, "allreduce", "tree", 8 << 20, 16)
+    plan = lib.plan(graph, "allreduce", "tree", 8 << 20, 16, protocol="LL128")
+    assert plan.protocol == "LL128"
     per_tree = -(-(8 << 20) // (2 * plan.options["channels"]))
     assert plan.options["segments"] == -(-per_tree // 72000)
 

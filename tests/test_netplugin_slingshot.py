@@ -92,9 +92,13 @@ def test_message_costs_by_size(wire_bytes, hardware, software):
     # all-rendezvous: priced per step (message_latency_us), nothing per message on top
     assert NP.message_extra_us("slingshot-rdzv", wire_bytes) == 0.0
     assert NP.host_copy_us("slingshot-rdzv", wire_bytes) == 0.0
-    for other in ("ib", "roce", "efa", "efa2", "tcpxo", "socket"):
+    for other in ("ib", "roce", "efa2", "tcpxo", "socket"):
         assert NP.message_extra_us(other, wire_bytes) == 0.0
         assert NP.host_copy_us(other, wire_bytes) == 0.0
+    # p4d's EFA reads a message larger than one eager packet (libfabric, GPU buffers)
+    read = NP.EFA_P4D_READ_EXTRA_US if wire_bytes > NP.EFA_EAGER_MAX_BYTES else 0.0
+    assert NP.message_extra_us("efa", wire_bytes) == read
+    assert NP.host_copy_us("efa", wire_bytes) == 0.0
 
 
 def _gh200_us(transport, algorithm, size_bytes):

@@ -41,7 +41,7 @@ def test_framing_of_every_transport(network, transport, expected):
     ("roce", 0.0, 0.0, 0.0),
     ("socket", 0.0, 0.0, 0.0),
     ("tcpxo", 0.0, 0.0, 0.0),                      # none published: NCCL's figure, reported 0
-    ("efa", 75.0 - 2.7, 75.0 - 2.7 + 3.0, 75.0),     # p4d: plugin latency 75 us, +3 us Simple
+    ("efa", 36.0 - 2.7, 36.0 - 2.7 + 3.0, 75.0),     # p4d: fitted 36 us (reports 75), +3 Simple
     ("efa2", 20.0 - 2.7, 20.0 - 2.7 + 3.0, 75.0),    # p5: net_lat 20 us, +3 us Simple
 ])
 def test_step_latency_and_reported_latency(name, ll, simple, reported):

@@ -437,7 +437,7 @@ class NcclLibrary:
         nodes, ppn = facts.nodes, facts.ranks_per_node
         hw = v.hw_latency_us
         intra = hw[facts.intra_hw][algo][p]
-        if algo != "nvls" and ppn == 1 and v.number >= (2, 18):
+        if algo != "nvls" and ppn == 1 and v.number >= (2, 23):
             inter = hw["net"]["tree"][p]
         else:
             inter = hw["net"][algo][p]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree")
@@ -91,8 +91,10 @@ class NcclVersion:
     inter_steps_all_nodes : bool
         2.12 to 2.22 count ``2 x nNodes`` network steps in an all-reduce ring (``nNodes > 1 ?
         2*nNodes : 0``, v2.12.12-1:114 .. v2.21.5-1:161), 2.10-2.11 and 2.23 on ``2 x (nNodes -
-        1)`` (v2.23.4-1:258). The 2.21 table serves 2.21 to 2.29 and keeps ``2 x (nNodes - 1)``,
-        the rule of most of them.
+        1)`` (v2.23.4-1:258). The 2.21 table (now 2.21 and 2.22; the 2.23 table serves 2.23 to
+        2.29) keeps ``2 x (nNodes - 1)``: with ``2 x nNodes`` the only 2.21 file, the A3 Mega
+        GPUDirect-TCPXO table (NCCL 2.21.5), goes from +3.6 % to +20.2 % below 64 KiB, and the
+        engine charges the tuner's latency as time (docs/validation/sources.md).
     min_traffic_per_channel : int
         ``MinTrafficPerChannel`` of the kernel planner (bytes of traffic below which a
         collective is not spread over another channel; 2.30: 32 KiB), 0 where the version
@@ -229,17 +231,27 @@ _add(NcclVersion(
     inter_steps_all_nodes=True,
     ring_ll128_one_rank_factor=0.7,
 ))
+def _hw_latency_221(tree_simple_intra: float, tree_simple_net: float,
+                    nvls_tree_net: float = 14) -> dict:
+    """``hwLat`` of NCCL 2.21 on (v2.21.5-1, v2.23.4-1 :66-77; 2.30's
+    ``ncclTunerConstantsDefaults``): the releases differ in the Simple tree's per-hop latency
+    inside a machine and across it, and 2.30 in NVLS tree's network latency."""
+    return {
+        "nvlink": _lat((.6, 1.25, tree_simple_intra), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8),
+                       (0, 0, 25), (0, 0, 25)),
+        "pci": _lat((1.0, 1.9, tree_simple_intra), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
+        "net": _lat((5.0, 8.5, tree_simple_net), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30),
+                    (0, 0, 18), (0, 0, nvls_tree_net)),
+    }
+
+
 _add(NcclVersion(
     name="2.21", source="NVIDIA/nccl v2.21.5-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
-    "perChMax*Bws, nvlsEfficiency, treeCorrectionFactor; ring LL x0.5)",
+    "perChMax*Bws, nvlsEfficiency, treeCorrectionFactor; ring LL x0.5); v2.22.3-1 the same. Its "
+    "nInterSteps is 2 x nNodes (:161); the table keeps 2 x (nNodes - 1), see "
+    "docs/validation/sources.md",
     base_latency_us=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4)),
-    hw_latency_us={
-        "nvlink": _lat((.6, 1.25, 28), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25),
-                       (0, 0, 25)),
-        "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
-        "net": _lat((5.0, 8.5, 28), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18),
-                    (0, 0, 14)),
-    },
+    hw_latency_us=_hw_latency_221(tree_simple_intra=28, tree_simple_net=28),
     ll_max_busbw={**_LL_MAX_212, "hopper": (141.0, 45.0, 35.0)},
     per_channel_ring_ll128=_PER_CH_RING_LL128, per_channel_tree=_PER_CH_TREE,
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
@@ -247,19 +259,28 @@ _add(NcclVersion(
     nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
     ring_ll128_one_rank_factor=0.7,
 ))
+# NCCL 2.23 re-costed the Simple tree and the network steps (git diff v2.22.3-1 v2.23.4-1 --
+# src/graph/tuning.cc): baseLat[Tree][Simple] 0 -> 8.4; hwLat[NVLINK|PCI][Tree][Simple]
+# 28 -> 4.0 and hwLat[NET][Tree][Simple] 28 -> 14; nInterSteps 2 x nNodes -> 2 x (nNodes - 1);
+# the ring LL128 discount for one GPU a machine (ppn < 2 ? 0.7) removed; with one GPU a
+# machine every network step costs the tree's network latency ("ppn == 1 ?"). The same
+# constants through v2.27.3-1 (v2.28 moves them into ncclTunerConstantsDefaults, the 2.30
+# table).
+_add(replace(
+    VERSIONS["2.21"], name="2.23",
+    source="NVIDIA/nccl v2.23.4-1 src/graph/tuning.cc (baseLat :57, hwLat :66-77, nInterSteps "
+    ":258, ppn == 1 network latency :236); v2.24.3-1 to v2.27.3-1 the same constants",
+    base_latency_us=_lat((6.8, 14.0, 8.4), (6.6, 14.0, 8.4)),
+    hw_latency_us=_hw_latency_221(tree_simple_intra=4.0, tree_simple_net=14),
+    ring_ll128_one_rank_factor=None, inter_steps_all_nodes=False,
+))
 _add(NcclVersion(
     name="2.30", source="NVIDIA/nccl master 2.30.7 (5067397c) src/graph/tuning.cc "
     "(ncclTunerConstantsDefaults, nvlsEfficiency, treeCorrectionFactor); src/transport/nvls.cc "
     "(NVLS from 2 GPUs a machine)",
     nvls_min_local_gpus=2,
     base_latency_us=_lat((6.8, 14.0, 8.4), (6.6, 14.0, 8.4)),
-    hw_latency_us={
-        "nvlink": _lat((.6, 1.25, 4.0), (.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25),
-                       (0, 0, 25)),
-        "pci": _lat((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8)),
-        "net": _lat((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18),
-                    (0, 0, 20.9)),
-    },
+    hw_latency_us=_hw_latency_221(tree_simple_intra=4.0, tree_simple_net=14, nvls_tree_net=20.9),
     ll_max_busbw={"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                   "hopper": (141.0, 45.0, 35.0), "blackwell": (282.0, 90.0, 70.0),
                   "intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)},

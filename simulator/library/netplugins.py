@@ -13,7 +13,8 @@ per-message latency
     the time one network step costs beyond what NCCL's tuner assumes for its own InfiniBand
     transport (``hwLat[NET][Ring][LL]`` = 2.7 us, identical in NCCL 2.10 to 2.30,
     ``src/graph/tuning.cc``); a plugin whose own cost model states its per-message latency
-    (aws-ofi-nccl's model tuner: ``net_lat``) gives it, and NCCL's own transports add nothing;
+    (aws-ofi-nccl's model tuner: ``net_lat``) gives it, first-generation EFA's (p4d) is a named
+    fit (:data:`EFA_P4D_MESSAGE_LATENCY_US`), and NCCL's own transports add nothing;
 latency reported to NCCL
     ``ncclNetProperties_t.latency`` (``props->latency``): NCCL >= 2.18 adds it to every network
     step of its tuner's model (``interLat = hwLat[NET] + graph->latencyInter``, twice for
@@ -261,17 +262,76 @@ _add(NetTransport(
     sources={"framing": "IBTA RoCEv2 annex A17 (IPv4 20 + UDP 8 + BTH 12 + ICRC 4 around 4096 B of "
                         "payload, the RoCE MTU) + IEEE 802.3 L2 38 B",
              "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620"}))
+#: EFA on p4d/p4de runs NCCL's Simple protocol only. aws-ofi-nccl's SENDRECV protocol (the
+#: p4d default) asks libfabric for 128-byte-aligned in-order delivery
+#: (``FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES``), which LL and LL128 need; libfabric
+#: grants it only where the EFA device reports in-order 128-byte RDMA reads
+#: (``efa_base_ep_support_op_in_order_aligned_128_bytes(..., IBV_WR_RDMA_READ)``, v1.20.0
+#: ``prov/efa/src/efa_base_ep.c``:363; since libfabric f08ec6a6c, 2025-11-12, never), and the
+#: plugin otherwise sets ``NCCL_PROTO=simple`` itself (``configure_nccl_proto``, aws-ofi-nccl
+#: v1.7.0 to v1.14.0 ``src/platform-aws.c``, later ``platform-aws.cpp``). Only p5 with the
+#: RDMA protocol skips the check (aws/aws-ofi-nccl PR #280, 2023-09-29). Before the plugin did
+#: it, AWS told users to: "NCCL_PROTO=simple is a must to ensure data consistency when using
+#: EFA as a network provider. EFA doesn't support LL and LL128 variants" (aws/aws-ofi-nccl
+#: issue #76, 2021-12-17). A p4d.24xlarge log with aws-ofi-nccl 1.16.2 and libfabric 2.1
+#: prints "Setting FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES not supported. Need to force
+#: simple protocol: byte delivery ordering not supported ... Adding NCCL_PROTO=simple". The plugin
+#: also sets ``NCCL_BUFFSIZE=8388608`` on p4d/p4de from v1.16.0 (``platform_data_map``
+#: ``.env``), the release that ships with NCCL 2.27; before it NCCL's 4 MiB stands unless the
+#: harness sets it (aws-samples/awsome-distributed-training's ``nccl-tests.sbatch`` does: a
+#: measured file's harness, not the platform's default).
+#: What one network message costs over first-generation EFA (p4d/p4de) with aws-ofi-nccl's
+#: SENDRECV protocol, us. No source gives it: the 75 us the plugin reports to NCCL is a tuning
+#: figure (aws/aws-ofi-nccl d87d61e0: "a value below 75us is slightly better for large
+#: deployments, but makes NCCL choose the wrong algorithm for the 2 nodes case") and stays
+#: what NCCL's tuner sees (``reported_latency_us``). **Fitted** (docs/validation/sources.md,
+#: "EFA on p4d runs Simple"): the least |mean signed error| on a 1 us grid over the 8 B - 8 KiB
+#: rows of ``tests/data/measurements/nccl_awsome_p4de_2node_efa.csv`` (-0.2 %); checked on
+#: ``nccl_awsdocs_dlami_p4d_2node_efa.csv`` (-8.5 %).
+EFA_P4D_MESSAGE_LATENCY_US = 36.0
+#: Largest message libfabric's EFA provider sends eagerly from GPU memory: for CUDA buffers it
+#: switches to a read-based protocol (the receiver reads the payload with RDMA) from
+#: ``efa_max_eager_msg_size_with_largest_header() + 1`` (ofiwg/libfabric v1.20.0
+#: ``prov/efa/src/efa_hmem.c``:85, ``rdm/efa_rdm_msg.c``:95); one packet of EFA's 8 KiB-class
+#: MTU, taken as 8 KiB.
+EFA_EAGER_MAX_BYTES = 8192
+#: What the read-based protocol adds to a message above :data:`EFA_EAGER_MAX_BYTES`, us. No
+#: source gives it. **Fitted**: least |mean signed error| on a 1 us grid over the 16 KiB -
+#: 512 KiB rows of the same p4de file, with :data:`EFA_P4D_MESSAGE_LATENCY_US` fixed (+0.2 %);
+#: the DLAMI table's same rows check it (-5.7 %).
+EFA_P4D_READ_EXTRA_US = 27.0
+EFA_P4D_SETTINGS = (
+    ((2, 0), NcclSettings(
+        "aws-ofi-nccl on p4d/p4de (SENDRECV: no 128-byte ordering, NCCL_PROTO=simple)",
+        protocols=("Simple",),
+        source=f"{_AWS_OFI} and v1.8.1-aws src/platform-aws.c configure_nccl_proto; "
+               "ofiwg/libfabric v1.20.0 prov/efa/src/efa_base_ep.c:363; aws/aws-ofi-nccl "
+               "issue #76 and PR #280")),
+    ((2, 27), NcclSettings(
+        "aws-ofi-nccl >= 1.16.0 on p4d/p4de (NCCL 2.27 on): NCCL_PROTO=simple, "
+        "NCCL_BUFFSIZE=8388608",
+        protocols=("Simple",), simple_buffer_bytes=8 << 20,
+        source="aws/aws-ofi-nccl v1.16.0 src/platform-aws.cpp platform_data_map p4d/p4de .env "
+               "(commit f3f5c40b, 2025-05-21); a p4d log of aws-ofi-nccl 1.16.2 with NCCL 2.27.3 "
+               "prints 'Adding NCCL_BUFFSIZE=8388608 to environment'")),
+)
+
 _add(NetTransport(
     "efa", "NET/AWS Libfabric (EFA, p4d/p4de)", ("ethernet",), 9001,
     _IPV4 + _UDP + _ROCE_BTH_ICRC, ETH_L2_OVERHEAD,
-    message_latency_us=75.0, simple_extra_us=3.0, reported_latency_us=75.0,
+    message_latency_us=EFA_P4D_MESSAGE_LATENCY_US, simple_extra_us=3.0,
+    reported_latency_us=75.0, rendezvous_above_bytes=EFA_EAGER_MAX_BYTES,
+    rendezvous_extra_us=EFA_P4D_READ_EXTRA_US, settings=EFA_P4D_SETTINGS,
     sources={"framing": "AWS EC2 jumbo frames, 9001 B MTU inside a VPC (AWS EC2 User Guide, "
                         "'Network MTU for your EC2 instance'); SRD's own header is not public: "
                         "taken as IPv4+UDP+12+4 B like RoCEv2 (assumption)",
-             "message_latency_us": f"{_AWS_OFI} src/platform-aws.cpp platform_data_map "
-                                   "p4d.24xlarge/p4de.24xlarge '.latency = 75.0' (the latency "
-                                   "the plugin gives NCCL; AWS publishes no measured per-message "
-                                   "figure for p4d's EFA, so the plugin's own stands for it)",
+             "message_latency_us": "EFA_P4D_MESSAGE_LATENCY_US: fitted on the 8 B - 8 KiB rows "
+                                   "of nccl_awsome_p4de_2node_efa.csv (AWS publishes no "
+                                   "per-message figure for p4d's EFA; the plugin's 75 us is a "
+                                   "tuning value and stays reported_latency_us)",
+             "rendezvous": "EFA_EAGER_MAX_BYTES (libfabric v1.20.0 efa_hmem.c:85, CUDA buffers "
+                           "read-based above one packet) and EFA_P4D_READ_EXTRA_US (fitted on "
+                           "the 16 KiB - 512 KiB rows of the same file)",
              "simple_extra_us": f"{_AWS_OFI} include/nccl_ofi_param.h TUNER_NET_COMP_OVERHEAD "
                                 "default 3: 'With EFA, we expect a ~2usec cost in the device "
                                 "and ~1usec cost to write that completion up to the host stack'",
@@ -279,7 +339,9 @@ _add(NetTransport(
                                     "commit d87d61e0 (2023-05-31) 'reduced to 75us for p4d, "
                                     "p4de and p5'",
              "protocol": f"{_AWS_OFI} src/platform-aws.cpp p4d '.default_protocol = "
-                         "PROTOCOL::SENDRECV'"}))
+                         "PROTOCOL::SENDRECV'",
+             "settings": "EFA_P4D_SETTINGS: Simple only (no 128-byte ordering on SENDRECV), "
+                         "8 MiB Simple buffer"}))
 _add(NetTransport(
     "efa2", "NET/AWS Libfabric (EFAv2, p5/p5e)", ("ethernet",), 9001,
     _IPV4 + _UDP + _ROCE_BTH_ICRC, ETH_L2_OVERHEAD,
