@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import simulator.library.netplugins as netplugins
+from simulator.errors import ConfigError
 from simulator.comparison.collective import compare
 from simulator.library.nccl import NcclLibrary
 from simulator.library.nccl_constants import get_version
@@ -49,8 +50,9 @@ def test_efa_on_p4d_runs_simple_only_and_says_why():
     settings = netplugins.nccl_settings("efa", "ethernet", (2, 23))
     assert settings.protocols == ("Simple",) and settings.simple_buffer_bytes is None
     assert netplugins.nccl_settings("efa", "ethernet", (2, 27)).simple_buffer_bytes == 8 << 20
-    with pytest.raises(Exception, match="NCCL_PROTO=simple"):
+    with pytest.raises(ConfigError, match="NCCL_PROTO=simple") as refused:
         library.plan(graph, "allreduce", "ring", 1 << 20, 16, protocol="LL128")
+    assert "LL128 is enabled on NVLink" not in str(refused.value)   # the A100s would run it
     # p5's EFA (the RDMA protocol) keeps LL and LL128: the plugin skips the check there
     assert netplugins.nccl_settings("efa2", "ethernet", (2, 23)).protocols is None
 

@@ -579,7 +579,7 @@ class NcclLibrary:
         if wanted == "collnet_direct":
             reasons.append("CollNet needs several machines on a SHARP fabric (topology "
                            "parameter sharp: true) and NCCL >= 2.12")
-        if protocol == "LL128":
+        if protocol == "LL128" and not self._ll128_enabled(facts):
             reasons.append("LL128 is enabled on NVLink machines of "
                            f"{', '.join(self.version.ll128_generations)} GPUs only "
                            f"(this: {facts.generation}, intra {facts.intra_hw})")
