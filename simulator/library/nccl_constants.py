@@ -231,6 +231,8 @@ _add(NcclVersion(
     inter_steps_all_nodes=True,
     ring_ll128_one_rank_factor=0.7,
 ))
+
+
 def _hw_latency_221(tree_simple_intra: float, tree_simple_net: float,
                     nvls_tree_net: float = 14) -> dict:
     """``hwLat`` of NCCL 2.21 on (v2.21.5-1, v2.23.4-1 :66-77; 2.30's

@@ -262,24 +262,6 @@ _add(NetTransport(
     sources={"framing": "IBTA RoCEv2 annex A17 (IPv4 20 + UDP 8 + BTH 12 + ICRC 4 around 4096 B of "
                         "payload, the RoCE MTU) + IEEE 802.3 L2 38 B",
              "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620"}))
-#: EFA on p4d/p4de runs NCCL's Simple protocol only. aws-ofi-nccl's SENDRECV protocol (the
-#: p4d default) asks libfabric for 128-byte-aligned in-order delivery
-#: (``FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES``), which LL and LL128 need; libfabric
-#: grants it only where the EFA device reports in-order 128-byte RDMA reads
-#: (``efa_base_ep_support_op_in_order_aligned_128_bytes(..., IBV_WR_RDMA_READ)``, v1.20.0
-#: ``prov/efa/src/efa_base_ep.c``:363; since libfabric f08ec6a6c, 2025-11-12, never), and the
-#: plugin otherwise sets ``NCCL_PROTO=simple`` itself (``configure_nccl_proto``, aws-ofi-nccl
-#: v1.7.0 to v1.14.0 ``src/platform-aws.c``, later ``platform-aws.cpp``). Only p5 with the
-#: RDMA protocol skips the check (aws/aws-ofi-nccl PR #280, 2023-09-29). Before the plugin did
-#: it, AWS told users to: "NCCL_PROTO=simple is a must to ensure data consistency when using
-#: EFA as a network provider. EFA doesn't support LL and LL128 variants" (aws/aws-ofi-nccl
-#: issue #76, 2021-12-17). A p4d.24xlarge log with aws-ofi-nccl 1.16.2 and libfabric 2.1
-#: prints "Setting FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES not supported. Need to force
-#: simple protocol: byte delivery ordering not supported ... Adding NCCL_PROTO=simple". The plugin
-#: also sets ``NCCL_BUFFSIZE=8388608`` on p4d/p4de from v1.16.0 (``platform_data_map``
-#: ``.env``), the release that ships with NCCL 2.27; before it NCCL's 4 MiB stands unless the
-#: harness sets it (aws-samples/awsome-distributed-training's ``nccl-tests.sbatch`` does: a
-#: measured file's harness, not the platform's default).
 #: What one network message costs over first-generation EFA (p4d/p4de) with aws-ofi-nccl's
 #: SENDRECV protocol, us. No source gives it: the 75 us the plugin reports to NCCL is a tuning
 #: figure (aws/aws-ofi-nccl d87d61e0: "a value below 75us is slightly better for large
@@ -300,6 +282,24 @@ EFA_EAGER_MAX_BYTES = 8192
 #: 512 KiB rows of the same p4de file, with :data:`EFA_P4D_MESSAGE_LATENCY_US` fixed (+0.2 %);
 #: the DLAMI table's same rows check it (-5.7 %).
 EFA_P4D_READ_EXTRA_US = 27.0
+#: EFA on p4d/p4de runs NCCL's Simple protocol only. aws-ofi-nccl's SENDRECV protocol (the
+#: p4d default) asks libfabric for 128-byte-aligned in-order delivery
+#: (``FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES``), which LL and LL128 need; libfabric
+#: grants it only where the EFA device reports in-order 128-byte RDMA reads
+#: (``efa_base_ep_support_op_in_order_aligned_128_bytes(..., IBV_WR_RDMA_READ)``, v1.20.0
+#: ``prov/efa/src/efa_base_ep.c``:363; since libfabric f08ec6a6c, 2025-11-12, never), and the
+#: plugin otherwise sets ``NCCL_PROTO=simple`` itself (``configure_nccl_proto``, aws-ofi-nccl
+#: v1.7.0 to v1.14.0 ``src/platform-aws.c``, later ``platform-aws.cpp``). Only p5 with the
+#: RDMA protocol skips the check (aws/aws-ofi-nccl PR #280, 2023-09-29). Before the plugin did
+#: it, AWS told users to: "NCCL_PROTO=simple is a must to ensure data consistency when using
+#: EFA as a network provider. EFA doesn't support LL and LL128 variants" (aws/aws-ofi-nccl
+#: issue #76, 2021-12-17). A p4d.24xlarge log with aws-ofi-nccl 1.16.2 and libfabric 2.1
+#: prints "Setting FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES not supported. Need to force
+#: simple protocol: byte delivery ordering not supported ... Adding NCCL_PROTO=simple". The plugin
+#: also sets ``NCCL_BUFFSIZE=8388608`` on p4d/p4de from v1.16.0 (``platform_data_map``
+#: ``.env``), the release that ships with NCCL 2.27; before it NCCL's 4 MiB stands unless the
+#: harness sets it (aws-samples/awsome-distributed-training's ``nccl-tests.sbatch`` does: a
+#: measured file's harness, not the platform's default).
 EFA_P4D_SETTINGS = (
     ((2, 0), NcclSettings(
         "aws-ofi-nccl on p4d/p4de (SENDRECV: no 128-byte ordering, NCCL_PROTO=simple)",
@@ -340,8 +340,8 @@ _add(NetTransport(
                                     "p4de and p5'",
              "protocol": f"{_AWS_OFI} src/platform-aws.cpp p4d '.default_protocol = "
                          "PROTOCOL::SENDRECV'",
-             "settings": "EFA_P4D_SETTINGS: Simple only (no 128-byte ordering on SENDRECV), "
-                         "8 MiB Simple buffer"}))
+             "settings": "EFA_P4D_SETTINGS: Simple only (no 128-byte ordering on SENDRECV); "
+                         "the plugin's 8 MiB Simple buffer from NCCL 2.27 (aws-ofi-nccl 1.16.0)"}))
 _add(NetTransport(
     "efa2", "NET/AWS Libfabric (EFAv2, p5/p5e)", ("ethernet",), 9001,
     _IPV4 + _UDP + _ROCE_BTH_ICRC, ETH_L2_OVERHEAD,
