@@ -610,3 +610,35 @@ def test_too_few_gpus_names_the_layout_the_file_states(tmp_path):
     with pytest.raises(ConfigError) as err:
         compare(bare, load_topology("dgx-a100", {}))
     assert "the file states" not in str(err.value)
+
+
+def test_points_run_on_the_machines_their_file_states():
+    """A point stating 2 machines x 4 GPUs, compared on a 2 x 8 cluster, runs on GPUs 0-3 of
+    each machine (nccl-tests' one rank per local device), not on the first machine's eight;
+    it then times exactly as on the cluster with the other GPUs taken out."""
+    from simulator.topology import endpoints, place_ranks
+
+    graph = load_topology("hgx-h100", {"nodes": "2"})
+    placed = place_ranks(graph, 2, 4)
+    assert endpoints(placed) == [f"n{m}.gpu{j}" for m in (0, 1) for j in range(4)]
+    assert set(graph.nodes) - set(placed.nodes) == {f"n{m}.gpu{j}" for m in (0, 1)
+                                                     for j in range(4, 8)}
+    assert place_ranks(graph, 3, 4) is None and place_ranks(graph, 2, 9) is None
+    size = 64 << 20
+    row = {"source": "t", "topology": "", "collective": "allreduce", "algorithm": "auto",
+           "gpus": 8, "size_bytes": size, "time_us": 1000.0, "algbw_GBps": size / 1e6,
+           "busbw_GBps": "", "launch": "mpi"}
+    stated = pd.DataFrame([{**row, "nodes": 2, "gpus_per_node": 4}])
+    unstated = pd.DataFrame([row])
+    across = compare(stated, graph)["simulated_time_us"].iloc[0]
+    inside = compare(unstated, graph)["simulated_time_us"].iloc[0]
+    alone = compare(unstated, placed)["simulated_time_us"].iloc[0]
+    assert across == alone
+    assert across > 1.5 * inside        # 4 + 4 GPUs cross the network; 8 on one NVSwitch do not
+    # a layout the topology holds already, or cannot hold, leaves it as it is
+    one = pd.DataFrame([{**row, "nodes": 1, "gpus_per_node": 8}])
+    assert compare(one, graph)["simulated_time_us"].iloc[0] == inside
+    wide = pd.DataFrame([{**row, "gpus": 16, "nodes": 1, "gpus_per_node": 16}])
+    first_sixteen = pd.DataFrame([{**row, "gpus": 16}])
+    assert compare(wide, graph)["simulated_time_us"].iloc[0] == \
+        compare(first_sixteen, graph)["simulated_time_us"].iloc[0]

@@ -96,6 +96,38 @@ def _layout_hint(point, graph, gpus: int) -> str:
             f"{'s' * (per_node != 1)}: --param nodes={nodes} --param gpus_per_node={per_node})")
 
 
+def _stated_layout(point, gpus: int) -> tuple[int, int] | None:
+    """(machines, GPUs per machine) a point states, when it gives both and they make its GPUs."""
+    try:
+        nodes, per = (int(float(getattr(point, key, None)))
+                      for key in ("nodes", "gpus_per_node"))
+    except (TypeError, ValueError):
+        return None
+    if nodes < 1 or per < 1 or nodes * per != gpus:
+        return None
+    return nodes, per
+
+
+def _placed(graph, layout: tuple[int, int] | None, views: dict):
+    """The topology a point runs on. A point runs on the first GPUs of ``graph``; when those
+    are not laid out as the point states (four GPUs of each of two machines, one GPU on each
+    of two) it runs on the first GPUs of each machine that the layout takes
+    (:func:`~simulator.topology.place_ranks`: the same machines, the other GPUs idle). A
+    layout ``graph`` cannot hold leaves ``graph`` as it is."""
+    from ..library.machine import machine_facts
+    from ..topology import place_ranks
+
+    if layout is None:
+        return graph
+    machines, per = layout
+    facts = machine_facts(graph, machines * per)
+    if (facts.nodes, facts.ranks_per_node) == (machines, per):
+        return graph
+    if layout not in views:
+        views[layout] = place_ranks(graph, machines, per)
+    return views[layout] if views[layout] is not None else graph
+
+
 def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             algorithm_override: str | None = None, options: dict | None = None,
             reduce_compute: bool = True, cache: dict | None = None, library=None,
@@ -108,7 +140,9 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
     measured : pandas.DataFrame
         Collective points with :data:`~simulator.measure.schema.COLLECTIVE_COLUMNS`.
     graph : networkx.DiGraph
-        The topology to simulate on (every point runs alone, on its first ``gpus`` endpoints).
+        The topology to simulate on (every point runs alone, on its first ``gpus`` endpoints;
+        a point whose ``nodes`` and ``gpus_per_node`` state another layout of those GPUs runs
+        on the first GPUs of each machine it takes, see :func:`_placed`).
     slices : int
         Pipelining slices per transfer (1: step-synchronous, the simulator's default).
     algorithm_override : str, optional
@@ -168,6 +202,7 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         return "" if value is None or (isinstance(value, float) and math.isnan(value)) \
             else str(value).strip()
 
+    views: dict = {}
     for i, point in enumerate(measured.itertuples(index=False)):
         algorithm = algorithm_override or point.algorithm
         collective, gpus, size = point.collective, int(point.gpus), int(point.size_bytes)
@@ -178,12 +213,14 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         except ConfigError as exc:
             raise ConfigError(f"{_where(measured, i)}: {exc}") from None
         try:
+            layout = _stated_layout(point, gpus)
+            where = _placed(graph, layout, views)
             settings = {}
             proto = None
             launch_mode = ""
             mode = None
             if library_name == "nccl":
-                facts = machine_facts(graph, gpus)
+                facts = machine_facts(where, gpus)
                 mode = launch or cell(point, "launch") or launch_from_notes(
                     cell(point, "notes"), gpus=gpus, nodes=facts.nodes)
                 mode = parse_launch(mode, gpus_per_node=int(facts.ranks_per_node))
@@ -203,12 +240,13 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             if algorithm == "auto-nonvls":
                 run_algorithm, exclude = "auto", ("nvls",)
             key = (collective, algorithm, gpus, size, slices, reduce_compute, library_name,
-                   proto, id(lib) if library_name == "nccl" else 0)
+                   proto, id(lib) if library_name == "nccl" else 0,
+                   None if where is graph else layout)
             if key not in cache:
                 opts = options.get(run_algorithm, {})
                 if exclude:
                     settings["exclude"] = exclude
-                cache[key] = run_collective(graph, collective, run_algorithm, size, gpus=gpus,
+                cache[key] = run_collective(where, collective, run_algorithm, size, gpus=gpus,
                                             slices=slices, reduce_compute=reduce_compute,
                                             engine=engine, library=lib, protocol=proto,
                                             **settings, **opts).row

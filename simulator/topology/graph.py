@@ -41,7 +41,7 @@ from simulator.errors import TopologyError
 
 __all__ = [
     "EDGE_KINDS", "ENDPOINT_KINDS", "NODE_KINDS", "add_duplex", "describe", "endpoints",
-    "new_graph", "ps_endpoints", "validate",
+    "new_graph", "place_ranks", "ps_endpoints", "validate",
 ]
 
 NODE_KINDS = frozenset(
@@ -88,6 +88,26 @@ def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
     eps = endpoints(graph)[:gpus]
     first = graph.nodes[eps[0]].get("node_index", 0)
     return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
+
+
+def place_ranks(graph: nx.DiGraph, machines: int, per: int) -> nx.DiGraph | None:
+    """A copy of ``graph`` whose endpoints are the first ``per`` of each of its first
+    ``machines`` machines: how a job of ``machines x per`` ranks sits on bigger machines when
+    each rank takes its machine's device ``local rank`` (nccl-tests under MPI, torchrun). The
+    other endpoints and their links are left out; every switch, NIC, CPU and fabric link stays,
+    so routes, NIC affinity and shared links are the machine's own. None when ``graph`` has
+    fewer machines, or a machine fewer endpoints, than that.
+    """
+    by_machine: dict = {}
+    for e in endpoints(graph):
+        by_machine.setdefault(graph.nodes[e].get("node_index", 0), []).append(e)
+    chosen = sorted(by_machine)[:machines]
+    if len(chosen) < machines or any(len(by_machine[m]) < per for m in chosen):
+        return None
+    keep = {e for m in chosen for e in by_machine[m][:per]}
+    placed = graph.copy()
+    placed.remove_nodes_from([e for eps in by_machine.values() for e in eps if e not in keep])
+    return placed
 
 
 def ps_endpoints(graph: nx.DiGraph) -> list[str]:
