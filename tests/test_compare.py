@@ -621,8 +621,10 @@ def test_points_run_on_the_machines_their_file_states():
     graph = load_topology("hgx-h100", {"nodes": "2"})
     placed = place_ranks(graph, 2, 4)
     assert endpoints(placed) == [f"n{m}.gpu{j}" for m in (0, 1) for j in range(4)]
-    assert set(graph.nodes) - set(placed.nodes) == {f"n{m}.gpu{j}" for m in (0, 1)
-                                                     for j in range(4, 8)}
+    # the other GPUs, and the NICs of those GPUs (one per GPU on this rail-wise machine)
+    assert set(graph.nodes) - set(placed.nodes) == {f"n{m}.{kind}{j}" for m in (0, 1)
+                                                     for j in range(4, 8)
+                                                     for kind in ("gpu", "nic")}
     assert place_ranks(graph, 3, 4) is None and place_ranks(graph, 2, 9) is None
     size = 64 << 20
     row = {"source": "t", "topology": "", "collective": "allreduce", "algorithm": "auto",

@@ -93,10 +93,14 @@ def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
 def place_ranks(graph: nx.DiGraph, machines: int, per: int) -> nx.DiGraph | None:
     """A copy of ``graph`` whose endpoints are the first ``per`` of each of its first
     ``machines`` machines: how a job of ``machines x per`` ranks sits on bigger machines when
-    each rank takes its machine's device ``local rank`` (nccl-tests under MPI, torchrun). The
-    other endpoints and their links are left out; every switch, NIC, CPU and fabric link stays,
-    so routes, NIC affinity and shared links are the machine's own. None when ``graph`` has
-    fewer machines, or a machine fewer endpoints, than that.
+    each rank takes its machine's device ``local rank`` (nccl-tests under MPI, torchrun).
+
+    The other endpoints and their links are left out, and so are the NICs those ranks do not
+    own: a machine of ``G`` endpoints and ``K`` NICs keeps its first ``max(1, K x per // G)``
+    NICs (on a rail-wise machine every GPU keeps its own NIC; the rule the LLM step's group
+    views use), since NCCL's search takes the NICs nearest its GPUs. Every switch, CPU and
+    fabric link stays, so routes and shared links are the machine's own. None when ``graph``
+    has fewer machines, or a machine fewer endpoints, than that.
     """
     by_machine: dict = {}
     for e in endpoints(graph):
@@ -105,8 +109,17 @@ def place_ranks(graph: nx.DiGraph, machines: int, per: int) -> nx.DiGraph | None
     if len(chosen) < machines or any(len(by_machine[m]) < per for m in chosen):
         return None
     keep = {e for m in chosen for e in by_machine[m][:per]}
+    drop = [e for eps in by_machine.values() for e in eps if e not in keep]
+    nics: dict = {}
+    for n, attrs in graph.nodes(data=True):
+        if attrs.get("kind") == "nic":
+            nics.setdefault(attrs.get("node_index", 0), []).append(n)
+    for m, names in nics.items():
+        names.sort(key=lambda n: (graph.nodes[n].get("local_index", 0), n))
+        owned = max(1, len(names) * per // max(1, len(by_machine.get(m, ())) or per))
+        drop.extend(names[owned:])
     placed = graph.copy()
-    placed.remove_nodes_from([e for eps in by_machine.values() for e in eps if e not in keep])
+    placed.remove_nodes_from(drop)
     return placed
 
 
