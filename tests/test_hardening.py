@@ -386,3 +386,17 @@ def test_absurd_gpu_counts_are_refused_at_once_on_every_command(tmp_path):
         assert "topology.params.nodes: N" in line
     assert "gpus 1,000,000,000 is more than the 8 GPUs" in results[6][0]
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep.csv").exists()
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`clustersim ... | head`: the reader goes away while the table is printed; the command
+    stops with the shell's SIGPIPE status and no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "algorithms"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                         # the reader is gone before the first line
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err

@@ -749,6 +749,17 @@ def _main(argv) -> int:
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of the printed table went away (`clustersim ... | head`): stop quietly,
+        # as Unix tools do, with the shell's status for SIGPIPE; the output is sent to
+        # /dev/null so that Python's final flush does not fail again
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover
