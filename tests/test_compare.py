@@ -644,3 +644,14 @@ def test_points_run_on_the_machines_their_file_states():
     first_sixteen = pd.DataFrame([{**row, "gpus": 16}])
     assert compare(wide, graph)["simulated_time_us"].iloc[0] == \
         compare(first_sixteen, graph)["simulated_time_us"].iloc[0]
+
+
+def test_ranks_own_their_share_of_a_machines_nics():
+    """One rule for the NICs part of a machine uses (compare's placement, the LLM step's
+    group views): its share of them, at least one."""
+    from simulator.topology import owned_nics
+
+    assert owned_nics(8, 4, 8) == 4          # rail-wise: a NIC per GPU
+    assert owned_nics(2, 4, 8) == 1          # two NICs for eight GPUs: half of them own one
+    assert owned_nics(2, 1, 8) == 1          # at least one
+    assert owned_nics(4, 8, 8) == 4

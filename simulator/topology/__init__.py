@@ -16,8 +16,8 @@ from simulator.topology.fabrics import (  # registers its builders in BUILDERS
     bisection, dragonfly, multi_plane, rail_optimised, three_tier,
 )
 from simulator.topology.graph import (
-    EDGE_KINDS, NODE_KINDS, describe, endpoints, local_ranks, place_ranks, ps_endpoints,
-    validate,
+    EDGE_KINDS, NODE_KINDS, describe, endpoints, local_ranks, owned_nics, place_ranks,
+    ps_endpoints, validate,
 )
 from simulator.topology.presets import list_topologies, load_topology, preset_names, read_preset
 from simulator.topology.rings import RingPlan, ring_orders
@@ -27,7 +27,7 @@ __all__ = [
     "BUILDERS", "DEVICES", "Device", "EDGE_KINDS", "NODE_KINDS", "Path", "Router", "bisection",
     "build", "describe", "dragonfly", "endpoints", "fat_tree", "multi_plane", "rail_optimised",
     "three_tier", "get_device", "gpu_cluster", "list_topologies",
-    "load_topology", "local_ranks", "parameter_names", "place_ranks", "preset_names",
-    "ps_endpoints", "read_preset",
+    "load_topology", "local_ranks", "owned_nics", "parameter_names", "place_ranks",
+    "preset_names", "ps_endpoints", "read_preset",
     "RingPlan", "ring_orders", "star", "validate",
 ]

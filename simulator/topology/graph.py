@@ -41,7 +41,7 @@ from simulator.errors import TopologyError
 
 __all__ = [
     "EDGE_KINDS", "ENDPOINT_KINDS", "NODE_KINDS", "add_duplex", "describe", "endpoints",
-    "new_graph", "place_ranks", "ps_endpoints", "validate",
+    "new_graph", "owned_nics", "place_ranks", "ps_endpoints", "validate",
 ]
 
 NODE_KINDS = frozenset(
@@ -90,15 +90,21 @@ def local_ranks(graph: nx.DiGraph, gpus: int) -> int:
     return sum(1 for e in eps if graph.nodes[e].get("node_index", 0) == first)
 
 
+def owned_nics(nics: int, ranks: int, gpus: int) -> int:
+    """NICs that ``ranks`` of a machine's ``gpus`` GPUs own among its ``nics``: their share,
+    at least one (on a rail-wise machine every GPU keeps its own NIC). NCCL's search takes
+    the NICs nearest its GPUs, so a job on part of a machine uses that many."""
+    return max(1, nics * ranks // max(1, gpus))
+
+
 def place_ranks(graph: nx.DiGraph, machines: int, per: int) -> nx.DiGraph | None:
     """A copy of ``graph`` whose endpoints are the first ``per`` of each of its first
     ``machines`` machines: how a job of ``machines x per`` ranks sits on bigger machines when
     each rank takes its machine's device ``local rank`` (nccl-tests under MPI, torchrun).
 
     The other endpoints and their links are left out, and so are the NICs those ranks do not
-    own: a machine of ``G`` endpoints and ``K`` NICs keeps its first ``max(1, K x per // G)``
-    NICs (on a rail-wise machine every GPU keeps its own NIC; the rule the LLM step's group
-    views use), since NCCL's search takes the NICs nearest its GPUs. Every switch, CPU and
+    own: a machine keeps its first :func:`owned_nics` NICs, the rule the LLM step's group
+    views use. Every switch, CPU and
     fabric link stays, so routes and shared links are the machine's own. None when ``graph``
     has fewer machines, or a machine fewer endpoints, than that.
     """
@@ -116,8 +122,7 @@ def place_ranks(graph: nx.DiGraph, machines: int, per: int) -> nx.DiGraph | None
             nics.setdefault(attrs.get("node_index", 0), []).append(n)
     for m, names in nics.items():
         names.sort(key=lambda n: (graph.nodes[n].get("local_index", 0), n))
-        owned = max(1, len(names) * per // max(1, len(by_machine.get(m, ())) or per))
-        drop.extend(names[owned:])
+        drop.extend(names[owned_nics(len(names), per, len(by_machine.get(m, ())) or per):])
     placed = graph.copy()
     placed.remove_nodes_from(drop)
     return placed

@@ -63,7 +63,7 @@ import networkx as nx
 from ...collective import run_collective
 from ...errors import ConfigError
 from ...library import resolve_library
-from ...topology import build, endpoints
+from ...topology import build, endpoints, owned_nics
 
 __all__ = ["GroupCoster", "Bundle", "FlowLauncher", "ReplicaFold", "FoldMiss",
            "per_rank_bytes", "COLLECTIVE_NAME"]
@@ -130,7 +130,7 @@ class GroupCoster:
             gpn = int(params.get("gpus_per_node", per))
             nics = int(params.get("nics_per_node", 1))
             params.update(nodes=machines, gpus_per_node=per,
-                          nics_per_node=max(1, nics * per // gpn))
+                          nics_per_node=owned_nics(nics, per, gpn))
             if params.get("nic_attach") is not None and \
                     len(params["nic_attach"]) != params["nics_per_node"]:
                 params["nic_attach"] = None
