@@ -571,9 +571,13 @@ def test_nelder_mead_finds_a_quadratic_minimum():
 # 80.0/60.6/16.6 (its small sizes alternate 90/580 us in the source); 2080 Ti
 # 85.2/42.1/17.8 -> 15.6/16.4/26.9 (its preset now from specs with p2p false, staged through
 # host memory, instead of the measured staged rates it carried before).
+# DGX A100 < 64 KiB 53.6 -> 55.7 when a channel's rate came to cap every GPU's links across
+# machines as on one (docs/validation/sources.md, "A channel's rate across machines"): its
+# 8-64 KiB rows, already too slow under NCCL 2.30's latencies, run on one LL channel; the
+# same file's 64 KiB-1 MiB bias went -24.6 -> -16.5 at the same MAPE.
 REGRESSION = {
     ("nccl_deepops_dgxa100_2node_ib_ring.csv", "dgx-a100-2node"):
-        {"<64KiB": 53.6, "64KiB-1MiB": 24.6, ">=1MiB": 12.3},
+        {"<64KiB": 55.7, "64KiB-1MiB": 24.6, ">=1MiB": 12.3},
     # NVLink ring search (topology/rings.py): >=1MiB 87.7 -> 27.3. The small bands rose from
     # 77.3/71.3: the old rings detoured over PCIe, which hid latencies that are too low for
     # this untuned RoCE run (measured 90-600 us at 8 B); latency calibration is the fix.

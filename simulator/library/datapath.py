@@ -40,11 +40,11 @@ So one ring step of a call costs ``syncs x hwLat + bytes_per_channel / channel_r
 step's slices are sized to its data, at least 1/32 of a full slice (:func:`busy_slices`): a
 small message rides in one slice a step and pays the tuner's latency; from a few MiB (a
 channel's step above 32 KiB with the default buffer) to a few hundred MiB (one loop, two busy
-slices) the per-step latency is paid twice per step; and small messages run on fewer channels
-at their share of the rate. The
+slices) the per-step latency is paid twice per step; and small messages run on fewer channels,
+each at one channel's rate. The
 :func:`ring_datapath` numbers are data: :meth:`simulator.library.nccl.NcclLibrary.plan`
-writes ``syncs x hwLat`` into the links' per-step latency and ``channels / channels_max``
-into their rates, so every engine method times the same thing.
+writes ``syncs x hwLat`` into the links' per-step latency and caps every link out of a GPU at
+``channels x`` one channel's rate, so every engine method times the same thing.
 """
 
 from __future__ import annotations
@@ -135,13 +135,21 @@ def ring_threads(protocol: str, graph_busbw_GBps: float) -> int:
     return THREADS[protocol]
 
 
+def tuned_channels(channels: int, size_bytes: int, threads: int, threshold: int) -> int:
+    """``channels`` less one while ``size_bytes < channels x threads x threshold``, at least
+    one (``enqueue.cc``'s channel tuning: a channel is kept only for ``threshold`` bytes per
+    thread)."""
+    nc = int(channels)
+    while size_bytes < nc * threads * threshold and nc >= 2:
+        nc -= 1
+    return nc
+
+
 def ring_channels(version: NcclVersion, collective: str, protocol: str, size_bytes: int,
                   ranks: int, channels_max: int, threads: int) -> int:
     """Channels NCCL runs a ring call of ``size_bytes`` on (``enqueue.cc`` channel tuning)."""
     threshold = THREAD_THRESHOLD[protocol] * (ranks if protocol == "LL" else 1)
-    nc = channels_max
-    while size_bytes < nc * threads * threshold and nc >= 2:
-        nc -= 1
+    nc = tuned_channels(channels_max, size_bytes, threads, threshold)
     if version.min_traffic_per_channel:
         traffic = size_bytes * TRAFFIC_PER_BYTE.get(collective, ranks if collective in (
             "allgather", "reduce_scatter") else 1)

@@ -30,8 +30,9 @@ the chosen protocol's costs into a copy of the topology, as data:
 
 * every link's bandwidth x the link class's achievable fraction (NCCL's own link rates against
   the nominal ones: NVLink ``SMxx_NVLINK_BW`` per link, PCIe ``width x speed / 80``; the
-  network at its port speed, as NCCL takes it) x the protocol's factor and caps x the channel
-  share;
+  network at its port speed, as NCCL takes it) x the protocol's factor and caps; and every
+  link out of a GPU at most the call's channels times one channel's rate (a channel is one
+  thread block: ring and tree, on one machine or across machines);
 * the per-step latency on the links: a GPU's outgoing links carry the intra-node step latency,
   a NIC's link into the fabric the rest of the network step latency, every other link zero, so
   that a step inside a machine costs ``hwLat[intra]`` and one across machines ``hwLat[net]``;
@@ -68,7 +69,8 @@ from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, messa
                          nccl_settings, network_step_latency_us)
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
-                       nvls_fill_s, ring_datapath, runtime_channels, tree_chunk_bytes)
+                       nvls_fill_s, ring_datapath, runtime_channels, tree_chunk_bytes,
+                       tuned_channels)
 from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
                              NcclVersion, get_version,
                              inter_cpu_GBps)
@@ -205,6 +207,12 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
         step = next(k for k in range(local) if hops[machine[chain[k]]] == best)
         chains.append(chain[step:] + chain[:step])
     return None if chains == default else chains
+
+
+def per_channel_cap(table: dict, generation: str, slot: int) -> float:
+    """A per-channel cap of NCCL's tuner (``perChMax*Bws[generation][N1, N2, N4]``), GB/s;
+    unbounded where the version has none."""
+    return table.get(generation, (math.inf,) * 3)[slot]
 
 
 def store_cost_graph(cache: dict, key, graph: nx.DiGraph, out: nx.DiGraph, library: str,
@@ -351,24 +359,24 @@ class NcclLibrary:
                     factor = (v.ring_ll128_one_rank_factor
                               if ppn < 2 and v.ring_ll128_one_rank_factor is not None
                               else v.ring_ll128_factor)
-                    cap = v.per_channel_ring_ll128.get(gen, (math.inf,) * 3)[slot] * channels
+                    cap = per_channel_cap(v.per_channel_ring_ll128, gen, slot) * channels
                     bus = min(bus * factor, cap)
                 if algo == "tree":
                     if v.per_channel_tree:
-                        cap = v.per_channel_tree.get(gen, (math.inf,) * 3)[slot] * channels
+                        cap = per_channel_cap(v.per_channel_tree, gen, slot) * channels
                     else:
                         cap = 70.0 if nodes > 1 else 90.0
                     bus = min(bus * v.tree_factor, cap)
                     if proto == "LL":
                         bus = min(bus * v.tree_ll_factor, ll_max)
                     if proto == "LL128":
-                        cap = v.per_channel_tree_ll128.get(gen, (math.inf,) * 3)[slot] * channels
+                        cap = per_channel_cap(v.per_channel_tree_ll128, gen, slot) * channels
                         bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), cap)
                 if algo in ("nvls", "nvls_tree") and v.number >= (2, 30):
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
                     if algo == "nvls_tree":
-                        tree_cap = v.per_channel_nvls_tree.get(gen, (math.inf,) * 3)[slot]
+                        tree_cap = per_channel_cap(v.per_channel_nvls_tree, gen, slot)
                         bus = min(bus, inter_bw * (2 if nodes <= 2 else 1), tree_cap * channels)
                 elif algo == "nvls":                # 2.18-2.21: min(intra, inter), x 5/6 below
                     bus = intra_bw
@@ -653,8 +661,7 @@ class NcclLibrary:
                                                     and c.protocol == "LL" else 1)
         used = c.channels
         if c.algorithm != "nvls":
-            while size_bytes < used * threads * threshold and used >= 2:
-                used -= 1
+            used = tuned_channels(used, size_bytes, threads, threshold)
         # The protocol's bus bandwidth over the wire's, on every link. Outside the ring data
         # path, fewer channels for a small message change no rate (NCCL's tuner keeps the
         # full bandwidth), and the treeCorrectionFactor stays in the tuner: the engine
@@ -662,13 +669,13 @@ class NcclLibrary:
         wire_scale = c.busbw_GBps / c.wire_busbw_GBps if c.wire_busbw_GBps > 0 else 1.0
         scale = wire_scale * self.scale["bandwidth"]
         path: DataPath | None = None
-        intra_scale = 1.0
         fixed = c.latency_us * 1e-6
         options: dict = {}
         helpers: tuple = ()
         slices = None
         tree_chunk = None
         nvlink_scale = 1.0
+        channel_cap = math.inf  # bytes/s out of each GPU
         fill_s = 0.0
         if c.algorithm == "ring":
             # NCCL's ring as its kernels run it (simulator.library.datapath), timed by the
@@ -687,15 +694,10 @@ class NcclLibrary:
                                      self._simple_buffer(facts))
                 syncs = path.syncs_per_step
                 used = path.channels
-                # a channel is one thread block moving at most its own rate: on one machine
-                # the call's channels carry at most their count of it (NCCL's tuner:
-                # bw / nChannels x channels). Across machines the rate is the network path's,
-                # which NCCL's N2/N4 tables cap (llMaxBws, perChMax*), and the few channels of
-                # a small call move at most a line per thread per step (LL keeps a channel per
-                # 8 B x ranks per thread): latency-bound, already in hwLat.
-                if facts.nodes == 1 and c.busbw_GBps > 0:
-                    intra_scale = min(1.0, used * self._channel_busbw(facts, c.protocol)
-                                      / c.busbw_GBps)
+                # a channel is one thread block moving at most its own rate: the call's
+                # channels carry at most their count of it (NCCL's tuner: bw / nChannels x
+                # channels) out of every GPU, on one machine or across machines
+                channel_cap = used * self._channel_busbw(facts, c.protocol) * 1e9
             intra_lat = c.intra_latency_us * lat_scale * syncs
             inter_lat = intra_lat
             fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
@@ -729,6 +731,11 @@ class NcclLibrary:
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
             chains = (self._tree_chains(graph, gpus, tree_channels, local) if facts.nodes > 1
                       else None)
+            # the call's channels as NCCL runs them (the search's, doubled, fewer for a small
+            # call), each one thread block at one channel's rate, as on a ring
+            runtime = tuned_channels(runtime_channels(v, c.channels), size_bytes, threads,
+                                     threshold)
+            channel_cap = runtime * self._channel_busbw(facts, c.protocol, "tree") * 1e9
             if chains is not None:
                 options["chains"] = chains
         elif c.algorithm == "collnet_direct":
@@ -765,7 +772,7 @@ class NcclLibrary:
             facts, c, collective, int(size_bytes), used, path, tree_chunk)
         fixed += handshake_s + messages_s
         new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale,
-                                     intra_scale)
+                                     channel_cap)
         return Plan(library=self.name, algorithm=SCHEDULE[c.algorithm], label=c.algorithm,
                     protocol=c.protocol, channels=used, graph=new_graph, options=options,
                     helper_nodes=helpers, fixed_time_s=fixed, host_time_s=host,
@@ -779,21 +786,32 @@ class NcclLibrary:
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
 
-    def _channel_busbw(self, facts: MachineFacts, protocol: str) -> float:
-        """Bus bandwidth one ring channel (one thread block) moves, GB/s: half the graph
-        search's per-channel bandwidth of the generation (each search channel becomes two,
-        ``connect.cc``), times the protocol's ring factor and per-channel cap (``tuning.cc``:
-        LL ``x ring_ll_factor``, LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``), and
-        for LL128 the share of that a channel really moves
+    def _channel_busbw(self, facts: MachineFacts, protocol: str, algorithm: str = "ring"
+                       ) -> float:
+        """Bus bandwidth one channel (one thread block) of ``algorithm`` moves, GB/s: half the
+        graph search's per-channel bandwidth of the generation (each search channel becomes
+        two, ``connect.cc``), times the protocol's factors and per-channel caps of NCCL's tuner
+        for the communicator's machine count (``tuning.cc``: ring LL ``x ring_ll_factor``, ring
+        LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``; tree ``min(x tree_factor,
+        perChMaxTreeBw)``, LL on top ``x tree_ll_factor``, LL128 ``min(x 120/128 across
+        machines, 7/9 on one, perChMaxTreeLL128Bw)``), and for ring LL128 the share of that a channel really moves
         (:data:`~simulator.library.datapath.LL128_RING_CHANNEL_RATE`, fitted on A100)."""
         v = self.version
-        speed = CHANNEL_SPEED[facts.generation]
-        if protocol == "LL":
+        gen, slot = facts.generation, node_index_slot(facts.nodes)
+        speed = CHANNEL_SPEED[gen]
+        if algorithm == "tree":
+            speed = min(speed * v.tree_factor, per_channel_cap(v.per_channel_tree, gen, slot))
+            if protocol == "LL":
+                speed *= v.tree_ll_factor
+            elif protocol == "LL128":
+                factor = 7.0 / 9.0 if facts.nodes == 1 else 120.0 / 128.0
+                speed = min(speed * factor, per_channel_cap(v.per_channel_tree_ll128, gen, slot))
+        elif protocol == "LL":
             speed *= v.ring_ll_factor
         elif protocol == "LL128":
-            speed = min(speed * v.ring_ll128_factor, v.per_channel_ring_ll128.get(
-                facts.generation, (math.inf,) * 3)[0])
-            speed *= LL128_RING_CHANNEL_RATE.get(facts.generation, 1.0)
+            speed = min(speed * v.ring_ll128_factor,
+                        per_channel_cap(v.per_channel_ring_ll128, gen, slot))
+            speed *= LL128_RING_CHANNEL_RATE.get(gen, 1.0)
         return speed / 2.0
 
     def _tree_chains(self, graph: nx.DiGraph, gpus: int, channels: int, local: int):
@@ -807,13 +825,13 @@ class NcclLibrary:
 
     def _cost_graph(self, graph: nx.DiGraph, facts: MachineFacts, scale: float,
                     intra_us: float, inter_us: float, nvlink_scale: float = 1.0,
-                    intra_scale: float = 1.0) -> nx.DiGraph:
+                    channel_cap_bytes_per_s: float = math.inf) -> nx.DiGraph:
         """A copy of ``graph`` with the plan's link rates (``scale`` on every link,
-        ``nvlink_scale`` on NVLink ones besides, ``intra_scale`` on every link and PCIe
-        switch inside a machine besides: the share of the channels a call runs on) and
-        per-step latencies."""
+        ``nvlink_scale`` on NVLink ones besides, and every link out of a GPU at most
+        ``channel_cap_bytes_per_s``: what the call's channels, one thread block each, can
+        move) and per-step latencies."""
         key = (id(graph), facts, round(scale, 12), round(intra_us, 9), round(inter_us, 9),
-               round(nvlink_scale, 12), round(intra_scale, 12))
+               round(nvlink_scale, 12), channel_cap_bytes_per_s)
         cached = self._graphs.get(key)
         if cached is not None and cached[0] is graph:
             return cached[1]
@@ -823,15 +841,17 @@ class NcclLibrary:
             kind = attrs.get("kind")
             attrs["bandwidth_bytes_per_s"] = (
                 link_rate(kind, graph.edges[a, b]["bandwidth_bytes_per_s"], facts) * scale
-                * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0)
-                * (intra_scale if kind not in NETWORK_LINK_KINDS else 1.0))
+                * (nvlink_scale if kind in ("nvlink", "nvswitch") else 1.0))
+            if kinds.get(a) == "gpu":
+                attrs["bandwidth_bytes_per_s"] = min(attrs["bandwidth_bytes_per_s"],
+                                                     channel_cap_bytes_per_s)
             if kinds.get(a) == "gpu":
                 attrs["latency_s"] = intra_us * 1e-6
             elif kinds.get(a) == "nic" and kind in ("ib", "ethernet"):
                 attrs["latency_s"] = max(0.0, inter_us - intra_us) * 1e-6
             else:
                 attrs["latency_s"] = 0.0
-        return store_cost_graph(self._graphs, key, graph, out, self.name, scale * intra_scale)
+        return store_cost_graph(self._graphs, key, graph, out, self.name, scale)
 
 
 def _protocol(text: str) -> str:
