@@ -14,7 +14,7 @@ Channels
     2.30's planner also keeps at least ``MinTrafficPerChannel`` (32 KiB) of traffic on each.
     A channel is one thread block with its own share of the bandwidth: fewer channels move
     the bytes at ``nc / channels`` of the rate (``tuning.cc`` 2.10-2.2x:
-    ``bw = bw / comm->nChannels * info->nChannels``).
+    ``bw = bw / comm->nChannels * info->nChannels``), on one machine or across machines.
 Chunks and loops
     Each channel moves its share of the message in chunks of ``chunkSteps`` FIFO steps: the
     FIFO has ``NCCL_STEPS`` = 8 slots of ``buffSize / 8`` bytes (Simple 4 MiB / 8 = 512 KiB; LL

@@ -12,8 +12,9 @@ Protocols
     ``perChMax*Bws``).
 Channels
     NCCL runs a collective on ``C`` channels; for small messages it uses fewer, dropping one while
-    ``bytes < channels x threads x threadThreshold`` (``enqueue.cc``); a channel's share of the
-    bandwidth goes with it.
+    ``bytes < channels x threads x threadThreshold`` (``enqueue.cc``); a channel is one thread
+    block, and the links out of a GPU carry at most the call's channels times one channel's
+    rate.
 Tuner
     For every enabled (algorithm, protocol), NCCL predicts ``latency + bytes / bandwidth`` and
     runs the fastest (``ncclTopoGetAlgoTime``). :meth:`NcclLibrary.tune` does the same with the
@@ -44,7 +45,7 @@ The engine then runs the schedule step-synchronously on that graph: for a ring t
 and every link's real rate from the simulation instead of a formula. ``syncs`` and the rate
 inside a machine come from NCCL's data path (:mod:`simulator.library.datapath`): every slice of
 every ring loop waits and posts once (two per step for Simple up to a few hundred MiB, more
-beyond), and a small call runs on fewer channels at their share of the rate. NCCL's tuner line
+beyond), and a small call runs on fewer channels, each at one channel's rate. NCCL's tuner line
 is the special case of one sync per step on every channel; the tuner still chooses the
 (algorithm, protocol) by that line, as NCCL does.
 """
@@ -662,10 +663,10 @@ class NcclLibrary:
         used = c.channels
         if c.algorithm != "nvls":
             used = tuned_channels(used, size_bytes, threads, threshold)
-        # The protocol's bus bandwidth over the wire's, on every link. Outside the ring data
-        # path, fewer channels for a small message change no rate (NCCL's tuner keeps the
-        # full bandwidth), and the treeCorrectionFactor stays in the tuner: the engine
-        # pipelines the trees itself.
+        # The protocol's bus bandwidth over the wire's, on every link; the links out of a GPU
+        # at most the call's channels times one channel's rate (rings and trees; NVLS and
+        # CollNet keep the tuner's), and the treeCorrectionFactor stays in the tuner: the
+        # engine pipelines the trees itself.
         wire_scale = c.busbw_GBps / c.wire_busbw_GBps if c.wire_busbw_GBps > 0 else 1.0
         scale = wire_scale * self.scale["bandwidth"]
         path: DataPath | None = None
