@@ -210,6 +210,12 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
     return None if chains == default else chains
 
 
+def tree_ll128_factor(nodes: int) -> float:
+    """NCCL's tree/LL128 bandwidth factor: ``nNodes == 1 ? 7.0/9.0 : 120.0/128.0``
+    (v2.30.7-1 ``src/graph/tuning.cc``:335)."""
+    return 7.0 / 9.0 if nodes == 1 else 120.0 / 128.0
+
+
 def per_channel_cap(table: dict, generation: str, slot: int) -> float:
     """A per-channel cap of NCCL's tuner (``perChMax*Bws[generation][N1, N2, N4]``), GB/s;
     unbounded where the version has none."""
@@ -372,7 +378,7 @@ class NcclLibrary:
                         bus = min(bus * v.tree_ll_factor, ll_max)
                     if proto == "LL128":
                         cap = per_channel_cap(v.per_channel_tree_ll128, gen, slot) * channels
-                        bus = min(bus * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0), cap)
+                        bus = min(bus * tree_ll128_factor(nodes), cap)
                 if algo in ("nvls", "nvls_tree") and v.number >= (2, 30):
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
@@ -794,8 +800,9 @@ class NcclLibrary:
         two, ``connect.cc``), times the protocol's factors and per-channel caps of NCCL's tuner
         for the communicator's machine count (``tuning.cc``: ring LL ``x ring_ll_factor``, ring
         LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``; tree ``min(x tree_factor,
-        perChMaxTreeBw)``, LL on top ``x tree_ll_factor``, LL128 ``min(x 120/128 across
-        machines, 7/9 on one, perChMaxTreeLL128Bw)``), and for ring LL128 the share of that a channel really moves
+        perChMaxTreeBw)``, LL on top ``x tree_ll_factor``, LL128 ``min(x``
+        :func:`tree_ll128_factor` ``, perChMaxTreeLL128Bw)``), and for ring LL128 the share
+        of that a channel really moves
         (:data:`~simulator.library.datapath.LL128_RING_CHANNEL_RATE`, fitted on A100)."""
         v = self.version
         gen, slot = facts.generation, node_index_slot(facts.nodes)
@@ -805,8 +812,8 @@ class NcclLibrary:
             if protocol == "LL":
                 speed *= v.tree_ll_factor
             elif protocol == "LL128":
-                factor = 7.0 / 9.0 if facts.nodes == 1 else 120.0 / 128.0
-                speed = min(speed * factor, per_channel_cap(v.per_channel_tree_ll128, gen, slot))
+                speed = min(speed * tree_ll128_factor(facts.nodes),
+                            per_channel_cap(v.per_channel_tree_ll128, gen, slot))
         elif protocol == "LL":
             speed *= v.ring_ll_factor
         elif protocol == "LL128":
