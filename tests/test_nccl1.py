@@ -101,3 +101,64 @@ def test_tensorflow_2017_replicated_vgg16_runs_slower_on_nccl1():
         speedups[version] = float(result.loc[result["gpus"] == 8, "simulated_speedup"].iloc[0])
     measured = float(frame.loc[frame["gpus"] == 8, "speedup"].iloc[0])
     assert measured < speedups["1.3"] < speedups["2.30"]
+
+
+@pytest.mark.parametrize("text, notes, expected", [
+    ("TensorFlow (tf_cnn_benchmarks, TF hash b1e174e): replicated (with NCCL)",
+     "Test date May 2017; ...", "1.3"),                  # TensorFlow's own NCCL ops of 2017
+    ("TensorFlow: replicated (without NCCL), local_parameter_device=gpu", "May 2017", None),
+    ("Horovod (Sept 2017, Tensor Fusion), NCCL 2 allreduce on GPU over RDMA", "", None),
+    ("TensorFlow 2.4 MirroredStrategy, NCCL all-reduce", "measured in 2021", None),
+    ("TensorFlow replicated with NCCL", "", None),            # no year: nothing to go on
+    ("PyTorch DDP, NCCL 2.18.3", "", "2.18.3"),
+    ("DeepSpeed, nccl-2.4.8", "2019", "2.4.8"),
+    ("TensorFlow 1.2 with NCCL 2.0.5 (built against it)", "2017", "2.0.5"),  # stated wins
+])
+def test_a_training_rows_nccl_version_is_read_from_what_it_says(text, notes, expected):
+    from simulator.comparison.training import stated_nccl_version
+
+    assert stated_nccl_version(text, notes) == expected
+
+
+def test_compare_runs_a_row_on_the_nccl_its_text_states_unless_one_is_forced(tmp_path):
+    """The TF 2017 DGX-1 rows replicated with NCCL ran TensorFlow's bundled NCCL 1.3:
+    ``compare`` simulates them with NCCL 1 by itself (the same speedup as forcing 1.3), and
+    ``--nccl-version`` still decides for every row when given."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from simulator.cli import main
+    from simulator.comparison.training import compare_training, select
+    from simulator.library import training_library
+    from simulator.measure.schema import read_training
+
+    data = Path(__file__).parent / "data" / "training" / \
+        "train_tf_benchmarks_2017_ps_vs_replicated.csv"
+    frame = select(read_training(data), ["hardware=DGX-1", "framework=replicated (with NCCL)",
+                                         "model=VGG16"])
+    frame = frame[~frame["hardware"].str.contains("same") & frame["gpus"].isin([1, 8])
+                  ].reset_index(drop=True)
+    default = training_library(DGX1, "nccl")
+    by_text = compare_training(frame, DGX1, library=default, library_for=lambda v:
+                               training_library(DGX1, "nccl", version=v))
+    forced = compare_training(frame, DGX1, library=training_library(DGX1, "nccl",
+                                                                    version="1.3"))
+    newest = compare_training(frame, DGX1, library=default)
+    assert list(by_text["library_version"]) == ["1.3", "1.3"]
+    assert list(newest["library_version"]) == [default.version.name] * 2
+    assert by_text["simulated_speedup"].tolist() == forced["simulated_speedup"].tolist()
+    assert by_text["simulated_speedup"].iloc[1] < newest["simulated_speedup"].iloc[1]
+
+    subset = tmp_path / "vgg16.csv"
+    raw = pd.read_csv(data)
+    keep = (raw["hardware"].str.startswith("NVIDIA DGX-1") & ~raw["hardware"].str.contains("same")
+            & raw["framework"].str.contains("with NCCL") & (raw["model"] == "VGG16")
+            & raw["gpus"].isin([1, 8]))
+    raw[keep].to_csv(subset, index=False)
+    for extra, version in (([], "1.3"), (["--nccl-version", "2.18"], "2.18")):
+        out = tmp_path / f"out{version}"
+        assert main(["compare", str(subset), "--topology", "dgx1-p100", "-o", str(out),
+                     *extra]) == 0
+        written = pd.read_csv(out / "compare.csv", dtype={"library_version": str})
+        assert set(written["library_version"]) == {version}

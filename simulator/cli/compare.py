@@ -266,11 +266,15 @@ def cmd_compare_training(args) -> int:
         lib = library_args(args, graph)
         library = training_library(graph, lib["library"], launch=lib["launch"],
                                    version=lib["version"]) or "ideal"
+        # a row that states its NCCL runs that version's constants, unless --nccl-version
+        library_for = None if lib["version"] or lib["library"] != "nccl" else (
+            lambda version, graph=graph, lib=lib: training_library(
+                graph, lib["library"], launch=lib["launch"], version=version))
         frames.append(compare_training(part, graph, library=library, framework=framework,
                                        anchor=args.anchor or "measured",
                                        aggregation=args.algorithm, ps=ps,
                                        device=args.device, shared_cores=args.shared_cores,
-                                       workers=args.workers or 1))
+                                       workers=args.workers or 1, library_for=library_for))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     skipped = [why for frame in frames for why in frame.attrs.get("skipped", [])]
     for why in skipped[:5]:

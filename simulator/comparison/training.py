@@ -76,8 +76,44 @@ POINT_COLUMNS = (
     "source", "model", "framework", "arch", "aggregation", "gpus", "batch_per_gpu",
     "precision", "measured_img_s", "simulated_img_s", "throughput_error_pct",
     "measured_speedup", "simulated_speedup", "speedup_error_pct", "abs_speedup_error_pct",
-    "exposed_comm_s", "iteration_s", "framework_model", "library", "anchor", "topology",
-    "line")
+    "exposed_comm_s", "iteration_s", "framework_model", "library", "library_version",
+    "anchor", "topology", "line")
+
+#: An NCCL version a row's text states: ``NCCL 1.3``, ``NCCL 2.4.8``, ``nccl-2.18`` (major and
+#: minor at least; a bare ``NCCL 2`` names no constants table and is left to the default).
+_STATED_NCCL = re.compile(r"\bnccl[\s_-]*v?(\d+\.\d+(?:\.\d+)?)\b", re.IGNORECASE)
+_YEAR = re.compile(r"\b(20[0-4]\d)\b")
+_USES_NCCL = re.compile(r"(?<!without )(?<!no )\bnccl\b", re.IGNORECASE)
+
+#: The NCCL that TensorFlow's own NCCL ops (``tf.contrib.nccl``: tf_cnn_benchmarks'
+#: ``replicated`` mode with NCCL) linked in 2017: TensorFlow built NCCL from the archive its
+#: ``tensorflow/workspace.bzl`` pinned, ``nvidia/nccl`` @024d1e2 (2017-02-08, its Makefile
+#: NCCL 1.3.2) and from August 2017 @03d8569 (NCCL 1.3.5); its ``configure`` still offered
+#: "default to NCCL 1.3" in 2018 (TensorFlow 1.7 and later prompts). NCCL 2 came to
+#: TensorFlow's own ops later; Horovod brought its own NCCL 2.
+TENSORFLOW_2017_NCCL = "1.3"
+
+
+def stated_nccl_version(text: str, notes: str = "") -> str | None:
+    """The NCCL version a training row ran, as far as its texts say, or None.
+
+    * a version the framework text states (``"1.3"`` of ``... NCCL 1.3 ...``);
+    * TensorFlow's own NCCL ops in a row of 2017 or earlier (the framework text names
+      TensorFlow and NCCL but not Horovod, and every year its texts mention is 2017 or
+      earlier): :data:`TENSORFLOW_2017_NCCL`.
+
+    A measured row that says which NCCL it ran is simulated with that version's constants, as
+    an nccl-tests log's header is (``compare`` on collective files), unless ``--nccl-version``
+    names one for every row."""
+    match = _STATED_NCCL.search(str(text or ""))
+    if match:
+        return match.group(1)
+    lowered = str(text or "").lower()
+    if "tensorflow" in lowered and _USES_NCCL.search(lowered) and "horovod" not in lowered:
+        years = [int(y) for y in _YEAR.findall(f"{text} {notes}")]
+        if years and max(years) <= 2017:
+            return TENSORFLOW_2017_NCCL
+    return None
 
 
 _SEQ_LEN = re.compile(r"\b(?:seq(?:uence)?[\s_-]*(?:len(?:gth)?)?(?:\s+of)?|sl)\s*[=:]?\s*"
@@ -229,7 +265,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
                      anchor: str = "measured", ps: Callable | None = None,
                      aggregation: str | None = None, device: str | None = None,
                      shared_cores: int | None = None, overheads="auto",
-                     workers: int = 1) -> pd.DataFrame:
+                     workers: int = 1, library_for: Callable | None = None) -> pd.DataFrame:
     """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
 
     Rows whose model, precision or arch the simulator does not know are skipped, and so are
@@ -263,6 +299,10 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     workers : int
         Simulate the rows in this many local processes (default 1: in this process, where
         rows share their one-GPU runs). The results do not depend on it.
+    library_for : callable(version) -> library, optional
+        The library of a row whose text states its NCCL version (:func:`stated_nccl_version`)
+        and which would run on the default NCCL library: that version's library (one per
+        version). None (the default): every such row keeps ``library``.
     """
     from ..library import resolve_library
     from ..workload.frameworks import detect_framework
@@ -272,6 +312,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         raise ConfigError(f"anchor must be one of {', '.join(ANCHORS)}, got {anchor!r}")
     default_lib = resolve_library(library, graph)
     default_name = getattr(default_lib, "name", "ideal")
+    by_version: dict = {}
     ps = ps or default_ps
     gpu_workers = graph.graph.get("builder") == "gpu_cluster"
     datasets = _datasets(measured)
@@ -291,6 +332,11 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             kind, lib_override = aggregation, None
         lib = resolve_library(lib_override, graph) if lib_override else default_lib
         text = point.get("framework") or point.get("notes") or ""
+        stated = stated_nccl_version(text, point.get("notes") or "")
+        if library_for is not None and stated and lib is default_lib and default_name == "nccl":
+            if stated not in by_version:
+                by_version[stated] = library_for(stated)
+            lib = by_version[stated]
         if not aggregation and kind not in ("ps", "direct") and gpu_workers and _on_host(text):
             skipped.append(f"{where}{point['model']} on {gpus} GPU{'s' * (gpus != 1)}: its "
                            f"all-reduce ran on the "
@@ -336,7 +382,8 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             "speedup_error_pct": error, "abs_speedup_error_pct": abs(error),
             "exposed_comm_s": sim_n["exposed_comm_s"], "iteration_s": sim_n["iteration_s"],
             "framework_model": fw.name if fw else "default",
-            "library": getattr(lib, "name", "ideal"), "anchor": anchor,
+            "library": getattr(lib, "name", "ideal"),
+            "library_version": _release_name(lib), "anchor": anchor,
             "topology": graph.graph.get("name", ""),
             "line": lines[i] if i < len(lines) else None,
         })
@@ -347,6 +394,14 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     frame.attrs.update(origin=measured.attrs.get("origin", ""),
                        topology=graph.graph.get("name", ""), skipped=skipped)
     return frame
+
+
+def _release_name(lib) -> str:
+    """The NCCL release a library object simulates (``"2.30"``, ``"1.3"``), "" for none."""
+    release = getattr(lib, "release", None)
+    if isinstance(release, tuple):
+        return ".".join(str(part) for part in release)
+    return str(release or "")
 
 
 def _datasets(measured: pd.DataFrame) -> dict:
