@@ -100,6 +100,20 @@ def test_current_layout_mpi_two_hosts_and_nccl_algo():
                                                                 rel=0.01)
 
 
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "[0] "])
+def test_a_log_whose_launcher_labels_every_line_reads_the_same(tmp_path, prefix):
+    """Open MPI's --tag-output, srun --label and -prepend-rank put a label before every line;
+    the log reads into the same points as without it."""
+    original = LOGS / "all_reduce_perf_2node.log"
+    labelled = tmp_path / original.name
+    labelled.write_text("".join(prefix + line + "\n"
+                                for line in original.read_text().splitlines()))
+    plain, tagged = parse_nccl_tests_log(original), parse_nccl_tests_log(labelled)
+    assert len(tagged) == 15
+    pd.testing.assert_frame_equal(tagged, plain)
+    assert tagged.attrs["runs"][0]["hosts"] == 2
+
+
 def test_newest_layout_header_lines():
     frame = parse_nccl_tests_log(LOGS / "broadcast_perf_new.log")
     assert set(frame["collective"]) == {"broadcast"}       # '# Collective test starting'

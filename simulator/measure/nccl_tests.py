@@ -94,6 +94,11 @@ _RE_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)(?:.*nccl-librar
 _RE_NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+\S*)")
 _RE_ALGO_ENV = re.compile(r"NCCL_ALGO set by environment to\s+(\S+)")
 _RE_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+#: What a launcher puts before every line of a rank's output: Open MPI's ``--tag-output``
+#: (``[1,0]<stdout>:``, job and rank), Slurm's ``srun --label`` (``0: ``) and MPICH / Intel
+#: MPI's ``-prepend-rank`` (``[0] ``). A result row never starts with one (it starts with its
+#: size in bytes), so it is removed before the line is read.
+_RE_LAUNCHER_PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\]\s|\d+:\s)")
 
 _PARAM_NAMES = {"size": "size", "bytes": "size", "count": "count", "n": "count",
                 "type": "type", "redop": "redop", "op": "redop", "root": "root"}
@@ -428,7 +433,7 @@ def parse_nccl_tests_log(path, *, collective: str | None = None, gpus: int | Non
     run = None
     pending = {}  # header lines seen before the nThread line (newest versions print them first)
     for number, raw in enumerate(text.splitlines(), start=1):
-        stripped = raw.strip()
+        stripped = _RE_LAUNCHER_PREFIX.sub("", raw, count=1).strip()
         if not stripped:
             continue
         if stripped.startswith("#"):
