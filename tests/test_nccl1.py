@@ -162,3 +162,31 @@ def test_compare_runs_a_row_on_the_nccl_its_text_states_unless_one_is_forced(tmp
                      *extra]) == 0
         written = pd.read_csv(out / "compare.csv", dtype={"library_version": str})
         assert set(written["library_version"]) == {version}
+
+
+def test_a_row_its_stated_nccl_cannot_run_is_skipped_and_said(tmp_path):
+    """A 2017 TensorFlow row with NCCL on two machines (which NCCL 1 could not have run):
+    the row is skipped with the reason, the others of the file are still compared."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from simulator.comparison.training import compare_training
+    from simulator.library import training_library
+    from simulator.measure.schema import read_training
+
+    data = Path(__file__).parent / "data" / "training" / \
+        "train_tf_benchmarks_2017_ps_vs_replicated.csv"
+    raw = pd.read_csv(data)
+    rows = raw[raw["framework"].str.contains("with NCCL") & (raw["model"] == "VGG16")
+               & raw["gpus"].isin([1, 8])].head(2).copy()
+    rows.loc[rows.index[1], ["gpus", "nodes", "gpus_per_node"]] = [16, 2, 8]
+    path = tmp_path / "two_machines.csv"
+    rows.to_csv(path, index=False)
+    graph = load_topology("dgx1-p100", {"nodes": 2})
+    result = compare_training(read_training(path), graph,
+                              library=training_library(graph, "nccl"),
+                              library_for=lambda v: training_library(graph, "nccl", version=v))
+    assert list(result["gpus"]) == [1]
+    (why,) = result.attrs["skipped"]
+    assert "two_machines.csv:3" in why and "NCCL 1.x runs inside one machine" in why
