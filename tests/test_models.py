@@ -11,7 +11,12 @@ from simulator.workload.models import MODELS, Layer, Model, get_model
 # released GPT-2 checkpoints).
 EXACT_PARAMS = {
     "alexnet": 61_100_840,
+    "vgg11": 132_863_336,
+    "vgg13": 133_047_848,
     "vgg16": 138_357_544,
+    "vgg19": 143_667_240,
+    "resnet18": 11_689_512,
+    "resnet34": 21_797_672,
     "resnet50": 25_557_032,
     "resnet101": 44_549_160,
     "resnet152": 60_192_808,
@@ -23,7 +28,12 @@ EXACT_PARAMS = {
 # Published forward cost in GMACs per image (torchvision model tables; Szegedy et al. 2016).
 PUBLISHED_GMACS = {
     "alexnet": 0.71,
+    "vgg11": 7.61,
+    "vgg13": 11.31,
     "vgg16": 15.47,
+    "vgg19": 19.63,
+    "resnet18": 1.81,
+    "resnet34": 3.66,
     "resnet50": 4.09,
     "resnet101": 7.80,
     "resnet152": 11.51,
@@ -38,7 +48,8 @@ def megatron_forward_flops(n_layers, d, seq_len, vocab_out=0):
 
 
 def test_registry_names():
-    assert set(MODELS) == {"alexnet", "vgg16", "resnet50", "resnet101", "resnet152",
+    assert set(MODELS) == {"alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "resnet18",
+                           "resnet34", "resnet50", "resnet101", "resnet152",
                            "inception_v3", "bert_base", "bert_large", "gpt2_small", "gpt2_xl",
                            "small_cnn"}
     for name in MODELS:

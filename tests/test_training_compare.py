@@ -192,13 +192,15 @@ def test_a_precision_not_understood_names_the_word(text, word):
     ("ResNet-50 v1b (gluon-cv)", "resnet50"), ("ResNet-50 v1.5 (TF32)", "resnet50"),
     ("GPT-2 XL, sequence length 512", "gpt2_xl:seq512"), ("bert_large", "bert_large"),
     ("InceptionV3", "inception_v3"), ("small_cnn", "small_cnn"),
+    ("ResNet-18", "resnet18"), ("ResNet-34 (torchvision)", "resnet34"), ("VGG-19", "vgg19"),
+    ("VGG 11", "vgg11"),
 ])
 def test_model_names_followed_by_words(text, expected):
     assert model_name(text) == expected
 
 
 @pytest.mark.parametrize("text, word", [("GoogLeNet", "'googlenet' not understood"),
-                                        ("ResNet-18", "'18' not understood"),
+                                        ("ResNet-200", "'200' not understood"),
                                         ("ResNet-50, seq len 128", "'seq len 128' not "
                                                                    "understood"),
                                         ("BERT-large, seq len 1024", "1..512")])

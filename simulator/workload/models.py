@@ -303,13 +303,22 @@ def alexnet() -> Model:
                  "networks', arXiv:1404.5997")
 
 
-@lru_cache(maxsize=None)
-def vgg16() -> Model:
-    """VGG-16 (configuration D, no batch norm) at 224x224."""
-    cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-           512, 512, 512, "M"]
+#: VGG configurations (Simonyan & Zisserman 2015, Table 1): output channels of the 3x3
+#: convolutions, "M" a 2x2 max-pool; torchvision's ``cfgs`` A, B, D, E.
+_VGG_CONFIGS = {
+    "vgg11": (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+    "vgg13": (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+    "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+              512, 512, 512, "M"),
+    "vgg19": (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
+              512, 512, 512, 512, "M"),
+}
+
+
+def _vgg(name: str, published: int, source: str) -> Model:
+    """A VGG configuration (no batch norm) at 224x224, named as torchvision names its layers."""
     layers, c, h, w, index = [], 3, 224, 224, 0
-    for item in cfg:
+    for item in _VGG_CONFIGS[name]:
         if item == "M":
             mp, h, w = pool2d(f"features.{index}", c, 2, 2, h, w)
             layers.append(mp)
@@ -321,9 +330,49 @@ def vgg16() -> Model:
     layers += [linear("classifier.0", c * h * w, 4096, act="relu"),
                linear("classifier.3", 4096, 4096, act="relu"),
                linear("classifier.6", 4096, 1000)]
-    return Model("vgg16", tuple(layers), "224x224x3 image", "images", 138_357_544,
-                 "Simonyan & Zisserman 2015 (ICLR), Table 2: 138M for configuration D; exact "
-                 "count 138,357,544 from torchvision.models.vgg16")
+    return Model(name, tuple(layers), "224x224x3 image", "images", published, source)
+
+
+def _torchvision_vgg(name: str, config: str, rounded_m: int, exact: int) -> Model:
+    """A VGG as Simonyan & Zisserman's Table 2 counts it and torchvision builds it."""
+    return _vgg(name, exact, f"Simonyan & Zisserman 2015 (ICLR), Table 2: {rounded_m}M for "
+                             f"configuration {config}; exact count {exact:,} from "
+                             f"torchvision.models.{name} ({name.upper()}_Weights num_params)")
+
+
+@lru_cache(maxsize=None)
+def vgg11() -> Model:
+    """VGG-11 (configuration A, no batch norm) at 224x224."""
+    return _torchvision_vgg("vgg11", "A", 133, 132_863_336)
+
+
+@lru_cache(maxsize=None)
+def vgg13() -> Model:
+    """VGG-13 (configuration B, no batch norm) at 224x224."""
+    return _torchvision_vgg("vgg13", "B", 133, 133_047_848)
+
+
+@lru_cache(maxsize=None)
+def vgg16() -> Model:
+    """VGG-16 (configuration D, no batch norm) at 224x224."""
+    return _torchvision_vgg("vgg16", "D", 138, 138_357_544)
+
+
+@lru_cache(maxsize=None)
+def vgg19() -> Model:
+    """VGG-19 (configuration E, no batch norm) at 224x224."""
+    return _torchvision_vgg("vgg19", "E", 144, 143_667_240)
+
+
+def _basic_block(layers, prefix, cin, width, stride, h, w):
+    """torchvision BasicBlock (two 3x3 convolutions, expansion 1, stride in the first);
+    appends layers, returns shape."""
+    h1, w1 = _conv_bn(layers, f"{prefix}.conv1", cin, width, 3, stride, h, w, pad=1)
+    h2, w2 = _conv_bn(layers, f"{prefix}.conv2", width, width, 3, 1, h1, w1, pad=1, act=None)
+    if stride != 1 or cin != width:
+        _conv_bn(layers, f"{prefix}.downsample", cin, width, 1, stride, h, w, act=None)
+    layers.append(elementwise(f"{prefix}.add", "add", width * h2 * w2, 2))  # add, then ReLU
+    return width, h2, w2
 
 
 def _bottleneck(layers, prefix, cin, width, stride, h, w):
@@ -338,21 +387,36 @@ def _bottleneck(layers, prefix, cin, width, stride, h, w):
     return cout, h3, w3
 
 
-def _resnet(name, blocks, published):
+def _resnet(name, blocks, published, block=None):
+    """A ResNet at 224x224: stem, four stages of ``blocks`` residual blocks (bottlenecks, or
+    ``block``), global pooling, the classifier."""
+    block = block or _bottleneck
     layers = []
     h, w = _conv_bn(layers, "stem", 3, 64, 7, 2, 224, 224, pad=3)
     mp, h, w = pool2d("stem.maxpool", 64, 3, 2, h, w, pad=1)
     layers.append(mp)
     c = 64
     for stage, (count, width) in enumerate(zip(blocks, (64, 128, 256, 512)), start=1):
-        for block in range(count):
-            stride = 2 if block == 0 and stage > 1 else 1
-            c, h, w = _bottleneck(layers, f"layer{stage}.{block}", c, width, stride, h, w)
+        for index in range(count):
+            stride = 2 if index == 0 and stage > 1 else 1
+            c, h, w = block(layers, f"layer{stage}.{index}", c, width, stride, h, w)
     gap, h, w = pool2d("avgpool", c, (h, w), 1, h, w)
     layers += [gap, linear("fc", c, 1000)]
     return Model(name, tuple(layers), "224x224x3 image", "images", published,
                  f"He et al. 2016 (CVPR), Table 1; exact count {published:,} from "
                  f"torchvision.models.{name}")
+
+
+@lru_cache(maxsize=None)
+def resnet18() -> Model:
+    """ResNet-18 (torchvision, basic blocks) at 224x224."""
+    return _resnet("resnet18", (2, 2, 2, 2), 11_689_512, block=_basic_block)
+
+
+@lru_cache(maxsize=None)
+def resnet34() -> Model:
+    """ResNet-34 (torchvision, basic blocks) at 224x224."""
+    return _resnet("resnet34", (3, 4, 6, 3), 21_797_672, block=_basic_block)
 
 
 @lru_cache(maxsize=None)
@@ -555,7 +619,12 @@ def small_cnn() -> Model:
 #: Registry: name -> builder with default arguments.
 MODELS: dict[str, Callable[[], Model]] = {
     "alexnet": alexnet,
+    "vgg11": vgg11,
+    "vgg13": vgg13,
     "vgg16": vgg16,
+    "vgg19": vgg19,
+    "resnet18": resnet18,
+    "resnet34": resnet34,
     "resnet50": resnet50,
     "resnet101": resnet101,
     "resnet152": resnet152,
