@@ -204,7 +204,7 @@ BASE = "topology: star\n"
     ("collective: {sizes: 1MiB, ps: {placement: near}}",
      "collective.ps.placement: expected one of dedicated, colocated, got 'near'"),
     ("training: {models: resnet5, gpus: 8, aggregations: ring}",
-     "training.models.0: expected one of alexnet, vgg16, resnet50"),
+     "training.models.0: expected one of alexnet, vgg11, vgg13, vgg16, vgg19, resnet18"),
     ("zero: {model: gpt3_6.7b, device: a100}", "zero.device: expected one of k80-gk210"),
     # units, parsed at the edge
     ("collective: {sizes: [1MiB, 3 parsecs]}", "collective.sizes.1: cannot parse size '3 parsecs'"),
