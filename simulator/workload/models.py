@@ -303,22 +303,27 @@ def alexnet() -> Model:
                  "networks', arXiv:1404.5997")
 
 
-#: VGG configurations (Simonyan & Zisserman 2015, Table 1): output channels of the 3x3
-#: convolutions, "M" a 2x2 max-pool; torchvision's ``cfgs`` A, B, D, E.
-_VGG_CONFIGS = {
-    "vgg11": (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
-    "vgg13": (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
-    "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-              512, 512, 512, "M"),
-    "vgg19": (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
-              512, 512, 512, 512, "M"),
+#: VGG networks (no batch norm) as Simonyan & Zisserman 2015 define them and torchvision builds
+#: them: name -> (configuration of Table 1, output channels of its 3x3 convolutions with "M" a
+#: 2x2 max-pool (torchvision's ``cfgs``), the paper's rounded millions of parameters (Table 2),
+#: torchvision's exact count (``VGG*_Weights`` num_params)).
+_VGG = {
+    "vgg11": ("A", (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+              133, 132_863_336),
+    "vgg13": ("B", (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+              133, 133_047_848),
+    "vgg16": ("D", (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+                    512, 512, 512, "M"), 138, 138_357_544),
+    "vgg19": ("E", (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512,
+                    "M", 512, 512, 512, 512, "M"), 144, 143_667_240),
 }
 
 
-def _vgg(name: str, published: int, source: str) -> Model:
-    """A VGG configuration (no batch norm) at 224x224, named as torchvision names its layers."""
+def _vgg(name: str) -> Model:
+    """A :data:`_VGG` network at 224x224, named as torchvision names its layers."""
+    config, cfg, rounded_m, exact = _VGG[name]
     layers, c, h, w, index = [], 3, 224, 224, 0
-    for item in _VGG_CONFIGS[name]:
+    for item in cfg:
         if item == "M":
             mp, h, w = pool2d(f"features.{index}", c, 2, 2, h, w)
             layers.append(mp)
@@ -330,38 +335,21 @@ def _vgg(name: str, published: int, source: str) -> Model:
     layers += [linear("classifier.0", c * h * w, 4096, act="relu"),
                linear("classifier.3", 4096, 4096, act="relu"),
                linear("classifier.6", 4096, 1000)]
-    return Model(name, tuple(layers), "224x224x3 image", "images", published, source)
+    return Model(name, tuple(layers), "224x224x3 image", "images", exact,
+                 f"Simonyan & Zisserman 2015 (ICLR), Table 2: {rounded_m}M for configuration "
+                 f"{config}; exact count {exact:,} from torchvision.models.{name} "
+                 f"({name.upper()}_Weights num_params)")
 
 
-def _torchvision_vgg(name: str, config: str, rounded_m: int, exact: int) -> Model:
-    """A VGG as Simonyan & Zisserman's Table 2 counts it and torchvision builds it."""
-    return _vgg(name, exact, f"Simonyan & Zisserman 2015 (ICLR), Table 2: {rounded_m}M for "
-                             f"configuration {config}; exact count {exact:,} from "
-                             f"torchvision.models.{name} ({name.upper()}_Weights num_params)")
+def _vgg_builder(name: str) -> Callable[[], Model]:
+    """The registry builder of one :data:`_VGG` network (built once)."""
+    builder = lru_cache(maxsize=None)(lambda: _vgg(name))
+    builder.__name__ = name
+    builder.__doc__ = f"VGG ({name}, configuration {_VGG[name][0]}, no batch norm) at 224x224."
+    return builder
 
 
-@lru_cache(maxsize=None)
-def vgg11() -> Model:
-    """VGG-11 (configuration A, no batch norm) at 224x224."""
-    return _torchvision_vgg("vgg11", "A", 133, 132_863_336)
-
-
-@lru_cache(maxsize=None)
-def vgg13() -> Model:
-    """VGG-13 (configuration B, no batch norm) at 224x224."""
-    return _torchvision_vgg("vgg13", "B", 133, 133_047_848)
-
-
-@lru_cache(maxsize=None)
-def vgg16() -> Model:
-    """VGG-16 (configuration D, no batch norm) at 224x224."""
-    return _torchvision_vgg("vgg16", "D", 138, 138_357_544)
-
-
-@lru_cache(maxsize=None)
-def vgg19() -> Model:
-    """VGG-19 (configuration E, no batch norm) at 224x224."""
-    return _torchvision_vgg("vgg19", "E", 144, 143_667_240)
+vgg11, vgg13, vgg16, vgg19 = (_vgg_builder(name) for name in _VGG)
 
 
 def _basic_block(layers, prefix, cin, width, stride, h, w):
