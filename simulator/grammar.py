@@ -135,12 +135,12 @@ class TopologyRef(Section):
 
 
 def _protocol(value):
-    from .library.nccl import _protocol as parse
+    from .library.nccl import protocol_setting
 
     if not isinstance(value, str):
-        raise Invalid(f"expected a protocol name, got {value!r}")
+        raise Invalid(f"expected a protocol name or an NCCL_PROTO list, got {value!r}")
     try:
-        return None if value == "auto" else parse(value)
+        return protocol_setting(value)
     except ClusterSimError as exc:
         raise Invalid(str(exc)) from None
 

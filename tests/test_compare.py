@@ -209,16 +209,22 @@ def test_shared_tables_read_in_the_schema():
 
 @pytest.mark.parametrize("text, expected", [
     ("Ring (NCCL_ALGO=RING in the MPIJob spec)", "ring"), ("Tree", "double_binary_tree"),
-    ("default (NCCL auto)", "auto"), ("Ring,Tree", "auto"), ("^NVLS", "auto-nonvls"),
-    ("NVLS", "nvls"), ("Ring (NCCL_NVLS_ENABLE=0)", "ring"),
-    ("default (NCCL_NVLS_ENABLE=0)", "auto-nonvls")])
+    ("default (NCCL auto)", "auto"), ("Ring,Tree", "auto[Ring,Tree]"), ("^NVLS", "auto[^NVLS]"),
+    ("NVLS", "nvls"), ("NVLSTree", "nvls_tree"), ("CollNetDirect", "collnet"),
+    ("NCCL_ALGO=allreduce:Tree;broadcast:Ring", "auto[allreduce:Tree;broadcast:Ring]"),
+    ("Ring (NCCL_NVLS_ENABLE=0)", "ring"),
+    ("default (NCCL_NVLS_ENABLE=0)", "auto[^NVLS,NVLSTree]")])
 def test_nccl_algorithm_names(text, expected):
     assert nccl_algorithm(text) == expected
 
 
-def test_nccl_algorithm_without_counterpart():
-    with pytest.raises(ConfigError, match="no counterpart"):
-        nccl_algorithm("CollNetDirect")
+@pytest.mark.parametrize("text, match", [
+    ("CollNetChain", "no counterpart"), ("PAT", "no counterpart"),
+    ("Ring,Bogus", "unknown element 'bogus'.*NVLSTree"),
+    ("Ring;Tree", "needs a function prefix"), ("allgathr:Ring", "unknown function")])
+def test_nccl_algorithm_refused(text, match):
+    with pytest.raises(ConfigError, match=match):
+        nccl_algorithm(text)
 
 
 _HEADER = ",".join(COLLECTIVE_COLUMNS)

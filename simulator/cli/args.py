@@ -40,8 +40,10 @@ def add_library_arguments(parser) -> None:
     parser.add_argument("--library", default=None, metavar="ideal|nccl",
                         help="collective library (default: nccl on GPU topologies, ideal on "
                              "star and fat_tree)")
-    parser.add_argument("--protocol", default=None, metavar="LL|LL128|Simple|auto",
-                        help="force the library's protocol (as NCCL_PROTO); default: its tuner")
+    parser.add_argument("--protocol", default=None, metavar="LL|LL128|Simple|LIST|auto",
+                        help="the library's protocols, as NCCL_PROTO: one to force it, or a "
+                             "list in NCCL's grammar for its tuner to choose from (Simple,LL128; "
+                             "^LL128; allreduce:Simple); default: its tuner over all of them")
     parser.add_argument("--launch", default=None, metavar="MODE",
                         help="how calls were issued: mpi (one process per GPU), group[:G] (one "
                              "thread drives G GPUs, nccl-tests -g G), torch, none")
@@ -55,7 +57,7 @@ def library_args(args, graph) -> dict:
     """The library keyword arguments of ``run_collective``/``compare`` from parsed flags."""
     from ..library import LIBRARIES, default_library
     from ..library.launch import parse_launch
-    from ..library.nccl import _protocol
+    from ..library.nccl import protocol_setting
     from ..library.nccl_constants import get_version
 
     name = args.library or default_library(graph)
@@ -63,7 +65,7 @@ def library_args(args, graph) -> dict:
         from ..errors import unknown_name
 
         raise unknown_name("library (--library)", name, LIBRARIES)
-    protocol = None if args.protocol in (None, "auto") else _protocol(args.protocol)
+    protocol = protocol_setting(args.protocol)
     if name == "ideal" and (protocol or args.launch or args.nccl_version):
         raise ConfigError("--protocol, --launch and --nccl-version need --library nccl (the "
                           "ideal library has no protocols or launch costs)")

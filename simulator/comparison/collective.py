@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
+from ..library.nccl_env import selected
 from ..measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame, complete_timing
 
 __all__ = ["POINT_COLUMNS", "SIZE_BANDS", "compare", "mape_failures", "size_band", "summarise"]
@@ -235,10 +236,7 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
                 lib = libraries[key]
             else:
                 lib = library_name
-            run_algorithm = algorithm
-            exclude = ()
-            if algorithm == "auto-nonvls":
-                run_algorithm, exclude = "auto", ("nvls",)
+            run_algorithm, exclude = selected(algorithm, collective)
             key = (collective, algorithm, gpus, size, slices, reduce_compute, library_name,
                    proto, id(lib) if library_name == "nccl" else 0,
                    None if where is graph else layout)

@@ -63,6 +63,7 @@ from ..errors import ConfigError
 from ..topology.graph import endpoints
 from ..topology.rings import ring_orders
 from ..topology.routing import Router
+from . import nccl_env
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
@@ -503,7 +504,7 @@ class NcclLibrary:
         """How NCCL runs ``algorithm`` (``auto``: its tuner's choice, never one of
         ``exclude``) for this call."""
         facts = machine_facts(graph, gpus)
-        protocol = None if protocol in (None, "", "auto") else _protocol(protocol)
+        protocol, allowed = _protocols(protocol, collective)
         launch = parse_launch(launch if launch is not None else (self.launch or "mpi"),
                               gpus_per_node=int(facts.ranks_per_node))
         host = launch.host_time_s(self.costs)
@@ -515,9 +516,11 @@ class NcclLibrary:
             wanted = None if algorithm == "auto" else NCCL_ALGORITHM[algorithm]
             pool = [c for c in cands if (wanted is None or c.algorithm == wanted)
                     and (protocol is None or c.protocol == protocol)
+                    and (allowed is None or c.protocol in allowed)
                     and c.algorithm not in exclude]
             if not pool:
-                raise ConfigError(self._none_enabled(collective, wanted, protocol, facts))
+                raise ConfigError(self._none_enabled(collective, wanted, protocol, facts,
+                                                     allowed, exclude))
             chosen = pool[0]
             plan = self._nccl_plan(graph, collective, size_bytes, gpus, facts, chosen, host,
                                    launch)
@@ -532,7 +535,7 @@ class NcclLibrary:
         if algorithm == "ring" or facts.ranks <= 1:
             base = cands[0]
         proto = protocol or "Simple"
-        if proto != "Simple":
+        if proto != "Simple" or (allowed is not None and "Simple" not in allowed):
             raise ConfigError(f"--protocol {proto}: algorithm {algorithm!r} is not an NCCL "
                               f"algorithm and runs over NCCL's transports with Simple only")
         new_graph = self._cost_graph(graph, facts, 1.0, base.intra_latency_us,
@@ -547,23 +550,30 @@ class NcclLibrary:
         """Why this NCCL cannot run ``algorithm`` for ``collective`` over ``gpus`` ranks of
         ``graph`` (one short reason), or ``""`` when :meth:`plan` can. Whether an algorithm
         is enabled does not depend on the size."""
-        protocol = None if protocol in (None, "", "auto") else _protocol(protocol)
+        protocol, allowed = _protocols(protocol, collective)
         if algorithm == "auto" or algorithm not in NCCL_ALGORITHM:
-            if algorithm != "auto" and protocol not in (None, "Simple"):
+            if algorithm != "auto" and (protocol not in (None, "Simple") or (
+                    allowed is not None and "Simple" not in allowed)):
                 return "not an NCCL algorithm: runs over NCCL's transports with Simple only"
             return ""
         facts = machine_facts(graph, gpus)
         wanted = NCCL_ALGORITHM[algorithm]
         cands = self.candidates(graph, collective, 1 << 20, gpus, facts=facts)
         if any(c.algorithm == wanted and (protocol is None or c.protocol == protocol)
-               for c in cands):
+               and (allowed is None or c.protocol in allowed) for c in cands):
             return ""
         reasons = self._reasons(collective, wanted, protocol, facts)
         return reasons[0] if reasons else f"not enabled in NCCL {self.version.name} here"
 
-    def _none_enabled(self, collective, wanted, protocol, facts) -> str:
+    def _none_enabled(self, collective, wanted, protocol, facts, allowed=None,
+                      exclude=()) -> str:
         what = f"algorithm {wanted!r}" if wanted else "no algorithm"
-        why = "; ".join(self._reasons(collective, wanted, protocol, facts)) or "not enabled here"
+        reasons = self._reasons(collective, wanted, protocol, facts)
+        if allowed is not None:
+            reasons.append(f"the run's NCCL_PROTO leaves only {', '.join(sorted(allowed))}")
+        if exclude:
+            reasons.append(f"the run's NCCL_ALGO leaves out {', '.join(exclude)}")
+        why = "; ".join(reasons) or "not enabled here"
         return (f"NCCL {self.version.name} cannot run {collective} with {what}"
                 f"{' and protocol ' + protocol if protocol else ''} on this topology: {why}")
 
@@ -866,7 +876,29 @@ def _protocol(text: str) -> str:
     for proto in PROTOCOLS:
         if str(text).lower() == proto.lower():
             return proto
-    raise ConfigError(f"--protocol: unknown protocol {text!r}; accepted: LL, LL128, Simple, auto")
+    raise ConfigError(f"--protocol: unknown protocol {text!r}; accepted: LL, LL128, Simple, "
+                      f"auto, or a list in NCCL_PROTO's grammar (Simple,LL128 or ^LL128)")
+
+
+def protocol_setting(text) -> str | None:
+    """A ``--protocol`` / ``library: protocol`` value checked: None for ``auto``, NCCL's
+    spelling of one protocol, or a list in ``NCCL_PROTO``'s grammar (:mod:`.nccl_env`)."""
+    if text in (None, "", "auto"):
+        return None
+    if nccl_env.is_selection(text):
+        nccl_env.allowed_protocols(text, "allreduce")     # NCCL's grammar, or a clear error
+        return str(text).replace(" ", "")
+    return _protocol(text)
+
+
+def _protocols(text, collective: str) -> tuple:
+    """(the one protocol ``text`` forces, or None; the set an ``NCCL_PROTO`` list in ``text``
+    leaves ``collective``, or None)."""
+    if text in (None, "", "auto"):
+        return None, None
+    if nccl_env.is_selection(text):
+        return None, nccl_env.allowed_protocols(text, collective)
+    return _protocol(text), None
 
 
 def _release(text, table: NcclVersion) -> tuple:

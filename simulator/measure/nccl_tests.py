@@ -92,7 +92,7 @@ _RE_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+o
 _RE_START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _RE_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
 _RE_NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+\S*)")
-_RE_ALGO_ENV = re.compile(r"NCCL_ALGO set by environment to\s+(\S+)")
+_RE_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_NVLS_ENABLE) set by environment to\s+(\S+)")
 _RE_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 #: What a launcher puts before every line of a rank's output: Open MPI's ``--tag-output``
 #: (``[1,0]<stdout>:``, job and rank), Slurm's ``srun --label`` (``0: ``) and MPICH / Intel
@@ -139,6 +139,8 @@ class _Run:
     tests_version: str = ""
     nccl_version: str = ""
     algorithm: str | None = None
+    protocol: str = ""                              # NCCL_PROTO as the run set it
+    nvls_disabled: bool = False                     # NCCL_NVLS_ENABLE=0
     ranks: list = field(default_factory=list)      # (rank, group, host, device name, pid)
     columns: list | None = None
     header_line: int = 0
@@ -295,7 +297,7 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
             raise log.error(line, f"'Avg bus bandwidth' {value:g} GB/s is not the mean of the "
                                   f"{len(run.busbw_printed)} busbw values above ({mean:.3f}): "
                                   f"a truncated or interleaved log")
-    algorithm = defaults["algorithm"] or run.algorithm or "auto"
+    algorithm = defaults["algorithm"] or nccl_algorithm(_algorithm_text(run))
     device = "; ".join(dict.fromkeys(devices))
     nodes = len(set(hosts))
     note_parts = []
@@ -328,12 +330,38 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
             "inplace_time_us": row["in_place"]["time_us"]
             if "out_of_place" in row and "in_place" in row else math.nan,
             "dtype": row.get("type", ""), "notes": "; ".join(note_parts + extras),
+            "library_version": run.nccl_version.split("+", 1)[0],
+            "protocol": run.protocol,
             "launch": str(harness[0]) if harness is not None else "",
             **({"nodes": nodes, "gpus_per_node": gpus // nodes}
                if nodes and gpus % nodes == 0 else {})}))
     runs.append({"line": run.line, "collective": collective, "gpus": gpus, "hosts": nodes,
                  "devices": device, "nccl_version": run.nccl_version,
                  "avg_busbw_GBps": run.avg[1] if run.avg else math.nan})
+
+
+def _set_env(log: _Log, line: int, run: _Run, name: str, value: str) -> None:
+    """Record one NCCL variable the run set (``NCCL_ALGO``, ``NCCL_PROTO``,
+    ``NCCL_NVLS_ENABLE``), checked as NCCL reads it."""
+    from simulator.library.nccl_env import allowed_protocols
+
+    try:
+        if name == "NCCL_ALGO":
+            run.algorithm = value
+        elif name == "NCCL_PROTO":
+            allowed_protocols(value, "allreduce")       # NCCL's grammar, or a clear error
+            run.protocol = value
+        else:
+            run.nvls_disabled = value.strip() == "0"
+        nccl_algorithm(_algorithm_text(run))
+    except ConfigError as exc:
+        raise log.error(line, str(exc)) from None
+
+
+def _algorithm_text(run: _Run) -> str:
+    """The run's ``NCCL_ALGO`` text with ``NCCL_NVLS_ENABLE=0`` where it set that."""
+    text = run.algorithm or "default"
+    return f"{text} (NCCL_NVLS_ENABLE=0)" if run.nvls_disabled else text
 
 
 def _harness(run: _Run):
@@ -494,10 +522,10 @@ def parse_nccl_tests_log(path, *, collective: str | None = None, gpus: int | Non
                 run.columns = _layout(log, number, names)
                 run.header_line = number
             continue
-        match = _RE_ALGO_ENV.search(stripped)
+        match = _RE_ENV.search(stripped)
         if match:
             run = run or _Run(line=number, **pending)
-            run.algorithm = nccl_algorithm(match[1])
+            _set_env(log, number, run, match[1], match[2])
             continue
         match = _RE_NCCL_VERSION.search(stripped)
         if match:
@@ -575,7 +603,7 @@ def parse_nccl_tests_json(path, *, collective: str | None = None, gpus: int | No
     args = doc.get("args") or []
     program = args[0] if args and isinstance(args[0], str) else ""
     env = [e for e in doc.get("env") or [] if isinstance(e, str)]
-    algo_env = next((e.split("=", 1)[1] for e in env if e.startswith("NCCL_ALGO=")), None)
+    setting = {e.split("=", 1)[0]: e.split("=", 1)[1] for e in env if "=" in e}
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise _json_error(origin, "config", "expected an object")
@@ -589,8 +617,13 @@ def parse_nccl_tests_json(path, *, collective: str | None = None, gpus: int | No
                agg_iters=int(config.get("aggregated_iterations") or 1),
                blocking=int(str(config.get("blocking_collectives", "")).strip().lower()
                             in ("true", "1")),
-               collective=_collective_from_name(program) if program else None,
-               algorithm=nccl_algorithm(algo_env) if algo_env is not None else None)
+               collective=_collective_from_name(program) if program else None)
+    for name in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE"):
+        if name in setting:
+            try:
+                _set_env(_Log(origin), 0, run, name, setting[name])
+            except ConfigError as exc:
+                raise _json_error(origin, "env", str(exc).split(": ", 1)[-1]) from None
     run.ranks = [(d.get("rank", i), d.get("group", 0), d.get("hostname", ""),
                   d.get("device_info", ""), d.get("pid", 0)) for i, d in enumerate(devices)]
     if isinstance(doc.get("nccl_version"), int):

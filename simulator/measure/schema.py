@@ -88,7 +88,7 @@ _TRAIN_CSV_COLUMNS = ("source_id", "model", "dataset", "hardware", "framework", 
                       "nodes", "gpus_per_node", "precision", "batch_per_gpu", "throughput_img_s",
                       "throughput_unit", "speedup", "efficiency", "derived_fields", "notes")
 
-_UNSUPPORTED_NCCL_ALGOS = ("collnet", "nvlstree", "nvls_tree", "pat")
+_UNSUPPORTED_NCCL_ALGOS = ("collnetchain", "collnet_chain", "pat")
 
 
 # --- names --------------------------------------------------------------------------------------
@@ -114,31 +114,46 @@ def nccl_collective(name: str) -> str:
 def nccl_algorithm(text: str) -> str:
     """Our algorithm for an NCCL algorithm as written in a table or ``NCCL_ALGO``.
 
-    ``Ring...`` -> ``ring``; ``Tree`` -> ``double_binary_tree`` (NCCL's tree is the double binary
-    tree of Sanders, Speck and Traeff, NCCL >= 2.4); ``default (NCCL auto)``, an empty value, a
-    list (``Ring,Tree``) or an exclusion -> ``auto``, the library's choice, which the comparison
-    resolves with the library's tuner; ``^NVLS`` or ``NCCL_NVLS_ENABLE=0`` -> ``auto-nonvls``
-    (the tuner without NVLS); ``NVLS`` -> ``nvls`` (NVLink SHARP, :mod:`simulator.library.nccl`).
-    CollNet, NVLS tree and PAT have no counterpart in the simulator and raise ConfigError.
+    One algorithm: ``Ring...`` -> ``ring``; ``Tree`` -> ``double_binary_tree`` (NCCL's tree is
+    the double binary tree of Sanders, Speck and Traeff, NCCL >= 2.4); ``NVLS`` -> ``nvls``;
+    ``NVLSTree`` -> ``nvls_tree``; ``CollNetDirect`` -> ``collnet``. ``default (NCCL auto)`` or
+    an empty value -> ``auto``, the library's tuner. A selection in NCCL's own grammar (a list
+    ``Ring,Tree``, an exclusion ``^NVLS``, per-function entries ``allreduce:Tree``; see
+    :mod:`simulator.library.nccl_env`) -> ``auto[<text>]``: the tuner, over the algorithms the
+    selection leaves. ``NCCL_NVLS_ENABLE=0`` in the text leaves out NVLS and NVLS tree as NCCL
+    does. CollNetChain and PAT have no counterpart in the simulator and raise ConfigError, as
+    does text NCCL would refuse.
     """
-    key = str(text).strip().lower().split("(", 1)[0].strip()  # drop "(NCCL_ALGO=RING ...)"
-    no_nvls = "nvls_enable=0" in str(text).lower().replace(" ", "") or key.startswith("^nvls")
-    if no_nvls and not key.startswith(("ring", "tree")):
-        return "auto-nonvls"
-    if not key or key.startswith("default") or key == "auto" or key.startswith("^") \
-            or "," in key:
-        return "auto"
-    if key.startswith("nvls") and not key.startswith("nvlstree"):
+    from simulator.library import nccl_env
+
+    written = str(text).strip().split("(", 1)[0].strip()   # drop "(NCCL_ALGO=RING ...)"
+    written = written.split("=", 1)[1].strip() if written.upper().startswith("NCCL_ALGO=") \
+        else written
+    key = written.lower()
+    no_nvls = "nvls_enable=0" in str(text).lower().replace(" ", "")
+    if nccl_env.is_selection(written):
+        nccl_env.allowed_algorithms(written, "allreduce")   # NCCL's grammar, or a clear error
+        if no_nvls:
+            written = nccl_env.without_nvls(written)
+        return f"auto[{written.replace(' ', '')}]"
+    if not key or key.startswith("default") or key == "auto":
+        return f"auto[{nccl_env.NO_NVLS}]" if no_nvls else "auto"
+    if key in ("nvlstree", "nvls_tree"):
+        return "nvls_tree"
+    if key.startswith("nvls"):
         return "nvls"
     if key.startswith("ring"):
         return "ring"
     if key.startswith("tree"):
         return "double_binary_tree"
+    if key in ("collnetdirect", "collnet_direct", "collnet"):
+        return "collnet"
     if key.startswith(_UNSUPPORTED_NCCL_ALGOS):
         raise ConfigError(f"NCCL algorithm {text!r} has no counterpart in the simulator; "
-                          f"supported: Ring, Tree, NVLS, default (NCCL auto)")
-    raise ConfigError(f"unknown NCCL algorithm {text!r}; expected Ring, Tree or "
-                      f"'default (NCCL auto)'")
+                          f"supported: Ring, Tree, NVLS, NVLSTree, CollNetDirect, a list of "
+                          f"them (Ring,Tree), an exclusion (^NVLS), default (NCCL auto)")
+    raise ConfigError(f"unknown NCCL algorithm {text!r}; expected Ring, Tree, NVLS, NVLSTree, "
+                      f"CollNetDirect, a list or exclusion of them, or 'default (NCCL auto)'")
 
 
 # --- timing columns -----------------------------------------------------------------------------
@@ -270,7 +285,11 @@ class _Cells:
                     raise ConfigError(f"'library' rows need a backend column naming one of "
                                       f"{', '.join(LIBRARY_ALGORITHM)}, got {backend!r}")
                 return LIBRARY_ALGORITHM[backend]
-            if raw != "auto":
+            if raw.startswith("auto[") and raw.endswith("]"):
+                from simulator.library.nccl_env import allowed_algorithms
+
+                allowed_algorithms(raw[5:-1], "allreduce")   # an NCCL_ALGO selection
+            elif raw != "auto":
                 from simulator.schedules import get_algorithm
 
                 get_algorithm(raw)
