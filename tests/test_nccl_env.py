@@ -193,3 +193,26 @@ def test_our_csv_schema_takes_a_selection_and_refuses_a_malformed_one(tmp_path):
     with pytest.raises(ConfigError, match=r"mine.csv:2: column 'algorithm': NCCL_ALGO="
                                           r"'Ring;Tree': every entry after the first needs"):
         read_measurements(path)
+
+
+def test_cli_compare_algorithm_takes_an_nccl_algo_list(tmp_path, capsys):
+    """``compare --algorithm ^NVLS,NVLSTree`` runs the tuner without NVLink SHARP for every
+    point of the log (it takes NVLS tree at 128 MiB when free to); a malformed list is one
+    line."""
+    import pandas as pd
+
+    from simulator.cli import main
+
+    path = tmp_path / "all_reduce.log"
+    path.write_text(_LOG.replace("{env}", ""))
+    args = ["compare", str(path), "--topology", "hgx-h100", "--param", "nodes=2",
+            "--param", "gpus_per_node=4", "--nccl-version", "2.30"]
+    assert main(args + ["-o", str(tmp_path / "free")]) == 0
+    assert main(args + ["--algorithm", "^NVLS,NVLSTree", "-o", str(tmp_path / "no")]) == 0
+    capsys.readouterr()
+    free = pd.read_csv(tmp_path / "free" / "compare.csv")["simulated_algorithm"].tolist()
+    without = pd.read_csv(tmp_path / "no" / "compare.csv")["simulated_algorithm"].tolist()
+    assert free[-1] == "auto:nvls_tree" and not any("nvls" in a for a in without)
+    assert main(args + ["--algorithm", "Ring;Tree"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a function prefix" in err

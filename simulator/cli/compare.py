@@ -177,13 +177,22 @@ def cmd_compare(args) -> int:
         raise ConfigError(f"--slices must be >= 1, got {slices}")
     from .args import check_algorithm, library_args
 
-    if args.algorithm and args.algorithm != "auto":
-        check_algorithm(args.algorithm)
+    algorithm = args.algorithm
+    if algorithm and algorithm != "auto":
+        from ..library.nccl_env import is_selection
+        from ..measure.schema import nccl_algorithm
+
+        if is_selection(algorithm) or algorithm.startswith("auto["):
+            inner = algorithm[5:-1] if algorithm.startswith("auto[") and \
+                algorithm.endswith("]") else algorithm
+            algorithm = nccl_algorithm(inner)       # an NCCL_ALGO list: auto[...], checked
+        else:
+            check_algorithm(algorithm)
     measured = read_points(args.measured, args.collective)
     frames = []
     for name, params, part in _topology_groups(args, measured):
         graph = load_topology(name, params)
-        frames.append(compare(part, graph, slices=slices, algorithm_override=args.algorithm,
+        frames.append(compare(part, graph, slices=slices, algorithm_override=algorithm,
                               **library_args(args, graph)))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     summary = summarise(points)
@@ -446,7 +455,8 @@ def add_compare_parsers(subparsers) -> None:
                    help="take the topology (and its params, and slices) from a scenario")
     c.add_argument("--algorithm", default=None,
                    help="simulate this algorithm (or auto) for every point instead of the "
-                        "file's")
+                        "file's; an NCCL_ALGO list (Ring,Tree; ^NVLS) lets the library's "
+                        "tuner choose among what it leaves")
     c.add_argument("--collective", default=None, metavar="NAME", help=_COLLECTIVE_HELP)
     c.add_argument("--slices", type=int, default=None,
                    help="pipelining slices per transfer (default 1, or the scenario's)")
