@@ -216,3 +216,19 @@ def test_cli_compare_algorithm_takes_an_nccl_algo_list(tmp_path, capsys):
     assert main(args + ["--algorithm", "Ring;Tree"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a function prefix" in err
+
+
+def test_a_scenarios_library_protocol_takes_an_nccl_proto_list():
+    """``library: {protocol: ^LL128}`` in a scenario: the tuner without LL128 (it takes LL128
+    for 1 MiB on two DGX A100 when free to); an unknown element names the key."""
+    from simulator.scenario import read_scenario, run_point
+
+    text = ("name: lib\ntopology: {name: dgx-a100, params: {nodes: 2}}\n"
+            "collective: {collective: allreduce, algorithms: [ring], sizes: [1MiB], gpus: 16}\n")
+    free = run_point(read_scenario(text), (16, 1 << 20, "ring"))
+    listed = run_point(read_scenario(text + "library: {name: nccl, protocol: '^LL128'}\n"),
+                       (16, 1 << 20, "ring"))
+    assert free["protocol"] == "LL128" and listed["protocol"] in ("LL", "Simple")
+    with pytest.raises(ConfigError, match=r"library.*unknown element 'll256'") as info:
+        read_scenario(text + "library: {name: nccl, protocol: 'Simple,LL256'}\n", "s.yaml")
+    assert "s.yaml" in str(info.value)
