@@ -536,7 +536,8 @@ class NcclLibrary:
             base = cands[0]
         proto = protocol or "Simple"
         if proto != "Simple" or (allowed is not None and "Simple" not in allowed):
-            raise ConfigError(f"--protocol {proto}: algorithm {algorithm!r} is not an NCCL "
+            asked = proto if allowed is None else "/".join(sorted(allowed))
+            raise ConfigError(f"--protocol {asked}: algorithm {algorithm!r} is not an NCCL "
                               f"algorithm and runs over NCCL's transports with Simple only")
         new_graph = self._cost_graph(graph, facts, 1.0, base.intra_latency_us,
                                      base.inter_latency_us)
