@@ -212,6 +212,7 @@ def test_shared_tables_read_in_the_schema():
     ("default (NCCL auto)", "auto"), ("Ring,Tree", "auto[Ring,Tree]"), ("^NVLS", "auto[^NVLS]"),
     ("NVLS", "nvls"), ("NVLSTree", "nvls_tree"), ("CollNetDirect", "collnet"),
     ("NCCL_ALGO=allreduce:Tree;broadcast:Ring", "auto[allreduce:Tree;broadcast:Ring]"),
+    ("NCCL auto", "auto"), ("Ring/Tree", "auto[Ring,Tree]"),
     ("Ring (NCCL_NVLS_ENABLE=0)", "ring"),
     ("default (NCCL_NVLS_ENABLE=0)", "auto[^NVLS,NVLSTree]")])
 def test_nccl_algorithm_names(text, expected):

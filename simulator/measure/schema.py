@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -129,14 +130,18 @@ def nccl_algorithm(text: str) -> str:
     written = str(text).strip().split("(", 1)[0].strip()   # drop "(NCCL_ALGO=RING ...)"
     written = written.split("=", 1)[1].strip() if written.upper().startswith("NCCL_ALGO=") \
         else written
+    if "/" in written and all(part.strip().lower() in nccl_env.ALGORITHMS
+                              for part in written.split("/")):
+        written = written.replace("/", ",")       # "Ring/Tree" as people write it: a list
     key = written.lower()
     no_nvls = "nvls_enable=0" in str(text).lower().replace(" ", "")
+    words = set(re.findall(r"[a-z]+", key))
     if nccl_env.is_selection(written):
         nccl_env.allowed_algorithms(written, "allreduce")   # NCCL's grammar, or a clear error
         if no_nvls:
             written = nccl_env.without_nvls(written)
         return f"auto[{written.replace(' ', '')}]"
-    if not key or key.startswith("default") or key == "auto":
+    if not key or words & {"auto", "default"}:               # "NCCL auto", "default"
         return f"auto[{nccl_env.NO_NVLS}]" if no_nvls else "auto"
     if key in ("nvlstree", "nvls_tree"):
         return "nvls_tree"
