@@ -212,7 +212,7 @@ def test_shared_tables_read_in_the_schema():
     ("default (NCCL auto)", "auto"), ("Ring,Tree", "auto[Ring,Tree]"), ("^NVLS", "auto[^NVLS]"),
     ("NVLS", "nvls"), ("NVLSTree", "nvls_tree"), ("CollNetDirect", "collnet"),
     ("NCCL_ALGO=allreduce:Tree;broadcast:Ring", "auto[allreduce:Tree;broadcast:Ring]"),
-    ("NCCL auto", "auto"), ("Ring/Tree", "auto[Ring,Tree]"),
+    ("NCCL auto", "auto"), ("Ring/Tree", "auto[Ring,Tree]"), ("auto[^NVLS]", "auto[^NVLS]"),
     ("Ring (NCCL_NVLS_ENABLE=0)", "ring"),
     ("default (NCCL_NVLS_ENABLE=0)", "auto[^NVLS,NVLSTree]")])
 def test_nccl_algorithm_names(text, expected):
@@ -222,7 +222,8 @@ def test_nccl_algorithm_names(text, expected):
 @pytest.mark.parametrize("text, match", [
     ("CollNetChain", "no counterpart"), ("PAT", "no counterpart"),
     ("Ring,Bogus", "unknown element 'bogus'.*NVLSTree"),
-    ("Ring;Tree", "needs a function prefix"), ("allgathr:Ring", "unknown function")])
+    ("Ring;Tree", "needs a function prefix"), ("allgathr:Ring", "unknown function"),
+    ("auto[Ring,Tree", r"expected auto\[<NCCL_ALGO list>\]")])
 def test_nccl_algorithm_refused(text, match):
     with pytest.raises(ConfigError, match=match):
         nccl_algorithm(text)

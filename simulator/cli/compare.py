@@ -183,9 +183,7 @@ def cmd_compare(args) -> int:
         from ..measure.schema import nccl_algorithm
 
         if is_selection(algorithm) or algorithm.startswith("auto["):
-            inner = algorithm[5:-1] if algorithm.startswith("auto[") and \
-                algorithm.endswith("]") else algorithm
-            algorithm = nccl_algorithm(inner)       # an NCCL_ALGO list: auto[...], checked
+            algorithm = nccl_algorithm(algorithm)   # an NCCL_ALGO list: auto[...], checked
         else:
             check_algorithm(algorithm)
     measured = read_points(args.measured, args.collective)

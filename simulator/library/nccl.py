@@ -515,7 +515,6 @@ class NcclLibrary:
         if algorithm == "auto" or algorithm in NCCL_ALGORITHM:
             wanted = None if algorithm == "auto" else NCCL_ALGORITHM[algorithm]
             pool = [c for c in cands if (wanted is None or c.algorithm == wanted)
-                    and (protocol is None or c.protocol == protocol)
                     and (allowed is None or c.protocol in allowed)
                     and c.algorithm not in exclude]
             if not pool:
@@ -534,11 +533,10 @@ class NcclLibrary:
         base = simple[0] if simple else cands[0]
         if algorithm == "ring" or facts.ranks <= 1:
             base = cands[0]
-        proto = protocol or "Simple"
-        if proto != "Simple" or (allowed is not None and "Simple" not in allowed):
-            asked = proto if allowed is None else "/".join(sorted(allowed))
-            raise ConfigError(f"--protocol {asked}: algorithm {algorithm!r} is not an NCCL "
-                              f"algorithm and runs over NCCL's transports with Simple only")
+        if allowed is not None and "Simple" not in allowed:
+            raise ConfigError(f"--protocol {'/'.join(sorted(allowed))}: algorithm {algorithm!r} "
+                              f"is not an NCCL algorithm and runs over NCCL's transports with "
+                              f"Simple only")
         new_graph = self._cost_graph(graph, facts, 1.0, base.intra_latency_us,
                                      base.inter_latency_us)
         return Plan(library=self.name, algorithm=algorithm, label=algorithm, protocol="Simple",
@@ -553,15 +551,14 @@ class NcclLibrary:
         is enabled does not depend on the size."""
         protocol, allowed = _protocols(protocol, collective)
         if algorithm == "auto" or algorithm not in NCCL_ALGORITHM:
-            if algorithm != "auto" and (protocol not in (None, "Simple") or (
-                    allowed is not None and "Simple" not in allowed)):
+            if algorithm != "auto" and allowed is not None and "Simple" not in allowed:
                 return "not an NCCL algorithm: runs over NCCL's transports with Simple only"
             return ""
         facts = machine_facts(graph, gpus)
         wanted = NCCL_ALGORITHM[algorithm]
         cands = self.candidates(graph, collective, 1 << 20, gpus, facts=facts)
-        if any(c.algorithm == wanted and (protocol is None or c.protocol == protocol)
-               and (allowed is None or c.protocol in allowed) for c in cands):
+        if any(c.algorithm == wanted and (allowed is None or c.protocol in allowed)
+               for c in cands):
             return ""
         reasons = self._reasons(collective, wanted, protocol, facts)
         return reasons[0] if reasons else f"not enabled in NCCL {self.version.name} here"
@@ -570,7 +567,7 @@ class NcclLibrary:
                       exclude=()) -> str:
         what = f"algorithm {wanted!r}" if wanted else "no algorithm"
         reasons = self._reasons(collective, wanted, protocol, facts)
-        if allowed is not None:
+        if allowed is not None and protocol is None:
             reasons.append(f"the run's NCCL_PROTO leaves only {', '.join(sorted(allowed))}")
         if exclude:
             reasons.append(f"the run's NCCL_ALGO leaves out {', '.join(exclude)}")
@@ -893,13 +890,15 @@ def protocol_setting(text) -> str | None:
 
 
 def _protocols(text, collective: str) -> tuple:
-    """(the one protocol ``text`` forces, or None; the set an ``NCCL_PROTO`` list in ``text``
-    leaves ``collective``, or None)."""
+    """(the one protocol ``text`` names, for messages, or None; the set of protocols it leaves
+    ``collective``, or None for all): one name forces that protocol, a list in
+    ``NCCL_PROTO``'s grammar leaves the tuner what it names."""
     if text in (None, "", "auto"):
         return None, None
     if nccl_env.is_selection(text):
         return None, nccl_env.allowed_protocols(text, collective)
-    return _protocol(text), None
+    one = _protocol(text)
+    return one, frozenset((one,))
 
 
 def _release(text, table: NcclVersion) -> tuple:

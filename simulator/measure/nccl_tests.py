@@ -138,7 +138,8 @@ class _Run:
     collective: str | None = None
     tests_version: str = ""
     nccl_version: str = ""
-    algorithm: str | None = None
+    algorithm: str | None = None                    # NCCL_ALGO as the run set it
+    selection: str = "auto"                         # ours, NCCL_NVLS_ENABLE included
     protocol: str = ""                              # NCCL_PROTO as the run set it
     nvls_disabled: bool = False                     # NCCL_NVLS_ENABLE=0
     ranks: list = field(default_factory=list)      # (rank, group, host, device name, pid)
@@ -297,7 +298,7 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
             raise log.error(line, f"'Avg bus bandwidth' {value:g} GB/s is not the mean of the "
                                   f"{len(run.busbw_printed)} busbw values above ({mean:.3f}): "
                                   f"a truncated or interleaved log")
-    algorithm = defaults["algorithm"] or nccl_algorithm(_algorithm_text(run))
+    algorithm = defaults["algorithm"] or run.selection
     device = "; ".join(dict.fromkeys(devices))
     nodes = len(set(hosts))
     note_parts = []
@@ -353,15 +354,11 @@ def _set_env(log: _Log, line: int, run: _Run, name: str, value: str) -> None:
             run.protocol = value
         else:
             run.nvls_disabled = value.strip() == "0"
-        nccl_algorithm(_algorithm_text(run))
+        text = run.algorithm or "default"
+        run.selection = nccl_algorithm(f"{text} (NCCL_NVLS_ENABLE=0)" if run.nvls_disabled
+                                       else text)
     except ConfigError as exc:
         raise log.error(line, str(exc)) from None
-
-
-def _algorithm_text(run: _Run) -> str:
-    """The run's ``NCCL_ALGO`` text with ``NCCL_NVLS_ENABLE=0`` where it set that."""
-    text = run.algorithm or "default"
-    return f"{text} (NCCL_NVLS_ENABLE=0)" if run.nvls_disabled else text
 
 
 def _harness(run: _Run):

@@ -127,7 +127,13 @@ def nccl_algorithm(text: str) -> str:
     """
     from simulator.library import nccl_env
 
-    written = str(text).strip().split("(", 1)[0].strip()   # drop "(NCCL_ALGO=RING ...)"
+    written = str(text).strip()
+    if written.startswith("auto["):               # our own spelling of a selection
+        if not written.endswith("]"):
+            raise ConfigError(f"algorithm {text!r}: expected auto[<NCCL_ALGO list>], as "
+                              f"auto[Ring,Tree]")
+        written = written[5:-1]
+    written = written.split("(", 1)[0].strip()    # drop "(NCCL_ALGO=RING ...)"
     written = written.split("=", 1)[1].strip() if written.upper().startswith("NCCL_ALGO=") \
         else written
     if "/" in written and all(part.strip().lower() in nccl_env.ALGORITHMS
@@ -290,11 +296,9 @@ class _Cells:
                     raise ConfigError(f"'library' rows need a backend column naming one of "
                                       f"{', '.join(LIBRARY_ALGORITHM)}, got {backend!r}")
                 return LIBRARY_ALGORITHM[backend]
-            if raw.startswith("auto[") and raw.endswith("]"):
-                from simulator.library.nccl_env import allowed_algorithms
-
-                allowed_algorithms(raw[5:-1], "allreduce")   # an NCCL_ALGO selection
-            elif raw != "auto":
+            if raw.startswith("auto["):
+                return nccl_algorithm(raw)           # an NCCL_ALGO selection, checked
+            if raw != "auto":
                 from simulator.schedules import get_algorithm
 
                 get_algorithm(raw)
