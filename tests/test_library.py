@@ -17,7 +17,7 @@ from simulator.errors import ConfigError
 from simulator.library import default_library, get_library, parse_launch
 from simulator.library.launch import Launch, launch_from_notes
 from simulator.library.machine import machine_facts
-from simulator.library.nccl_constants import get_version
+from simulator.library.nccl_constants import DEFAULT_VERSION, get_version, release_number
 from simulator.schedules import make_schedule
 from simulator.schedules.double_tree import channel_trees
 from simulator.schedules.execute import verify
@@ -91,7 +91,8 @@ def test_multi_node_ring_latency_counts_network_steps_and_amd_overhead():
 
 
 @pytest.mark.parametrize("asked, table", [
-    ("2.9.9", "2.5"), ("2.10.3", "2.10"), ("2.11.4", "2.10"), ("2.12.12", "2.12"),
+    ("2.5.6", "2.5"), ("2.6.4", "2.6"), ("2.7.8", "2.7"), ("2.8.4", "2.8"), ("2.9.9", "2.8"),
+    ("2.10.3", "2.10"), ("2.11.4", "2.10"), ("2.12.12", "2.12"),
     ("2.13.4", "2.12"), ("2.14.3", "2.14"), ("2.17.1", "2.14"), ("2.18.3", "2.18"),
     ("2.30.4", "2.30"),
 ])
@@ -560,3 +561,77 @@ def test_nvls_tree_across_h100_machines():
     with pytest.raises(ConfigError, match="NVLS tree needs"):
         lib.plan(load_topology("dgx-a100", {"nodes": "2"}), "allreduce", "nvls_tree",
                  1 << 26, 16)
+
+
+@pytest.mark.parametrize("text, release, table", [
+    ("2.18.3", (2, 18), "2.18"), ("2.5.6 (stated in requirements list)", (2, 5), "2.5"),
+    ("NCCL version 2.27.3+cuda12.9", (2, 27), "2.23"),
+    ("CUDA 11.6, NCCL 2.11.4-1", (2, 11), "2.10"), ("2.11.4-1+cuda11.6", (2, 11), "2.10"),
+    ("not stated (CUDA 12.4, driver 550.90.07)", None, DEFAULT_VERSION),
+    ("not stated (horovod/horovod:latest container, CUDA 11.3)", None, DEFAULT_VERSION),
+    ("", None, DEFAULT_VERSION), (None, None, DEFAULT_VERSION)])
+def test_a_version_cell_names_nccls_release_not_cudas(text, release, table):
+    """A measured file's nccl_version cell: NCCL's release, never the CUDA or driver version
+    written beside it ("not stated (CUDA 12.4 ...)" was read as release 12.4)."""
+    assert release_number(text) == release
+    assert get_version(text).name == table
+    assert get_library("nccl", version=text).release == (release or get_version(None).number)
+
+
+# --- NCCL 2.6 to 2.9 (the A100's first releases) -------------------------------------------------
+
+def _wire(lib, graph, gpus):
+    """(the tuner's bus rate before its refinements, the search's channels) for the call."""
+    from simulator.library.machine import machine_facts as facts_of
+
+    intra, inter, channels = lib._bandwidths(graph, gpus, facts_of(graph, gpus))
+    return min(intra, 235.0), channels
+
+
+def test_nccl_26_to_29_latencies_as_their_tuning_cc():
+    """baseLat + steps x hwLat of each release (v2.6.4-1, v2.7.8-1, v2.8.4-1 tuning.cc): 2.6
+    charges every ring step the slowest link's latency (the network's 0.9 us across
+    machines), 2.7 on split the steps and multiply LL's intra-machine ones by 1.8; the
+    network Simple tree step is 50 us in 2.7, 28 in 2.8 and 2.9."""
+    one = {v: get_library("nccl", version=v) for v in ("2.6.4", "2.7.8", "2.9.9")}
+    assert _cand(one["2.6.4"], A100, 8, 8, "ring", "LL").latency_us == pytest.approx(
+        3.6 + 14 * 0.4)
+    assert _cand(one["2.7.8"], A100, 8, 8, "ring", "LL").latency_us == pytest.approx(
+        3.6 + 14 * 0.47)
+    assert _cand(one["2.6.4"], A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
+        3.6 + 30 * 0.9)
+    for v in ("2.7.8", "2.9.9"):
+        assert _cand(one[v], A100_2, 8, 16, "ring", "LL").latency_us == pytest.approx(
+            3.6 + 28 * 0.47 * 1.8 + 2 * 2.7)
+    assert _cand(one["2.7.8"], A100_2, 8, 16, "tree", "Simple").latency_us == pytest.approx(
+        2 * (7 * 28 + 50))
+    assert _cand(one["2.9.9"], A100_2, 8, 16, "tree", "Simple").latency_us == pytest.approx(
+        2 * (7 * 28 + 28))
+
+
+def test_nccl_26_to_29_bandwidths_as_their_tuning_cc():
+    """2.6 runs LL128 on Volta only and caps the tree at 110 GB/s on one or two machines;
+    2.7 brings LL128 to the A100 (its tree cap 130 GB/s, x7/9, and LL128 at most
+    ll128MaxBwPerCh[coll] per channel: all-reduce 16.7, all-gather 18.3); 2.8 and 2.9 cap
+    the tree per channel (A100: 24 GB/s on one machine) and all-reduce's LL128 at 16.9."""
+    v26, v27, v28 = (get_library("nccl", version=v) for v in ("2.6", "2.7", "2.8"))
+    wire, channels = _wire(v27, A100, 8)
+    names = {(c.algorithm, c.protocol) for c in v26.candidates(A100, "allreduce", 1 << 20, 8)}
+    assert ("ring", "LL128") not in names and ("ring", "LL") in names
+    assert _cand(v26, A100, 1 << 20, 8, "tree", "Simple").busbw_GBps == pytest.approx(
+        min(wire * 0.9, 110.0))
+    assert _cand(v27, A100, 1 << 20, 8, "tree", "LL128").busbw_GBps == pytest.approx(
+        min(min(wire * 0.9, 130.0) * 7 / 9, 16.7 * channels * 7 / 9))
+    assert _cand(v27, A100, 1 << 20, 8, "ring", "LL128").busbw_GBps == pytest.approx(
+        min(wire * 0.92, 16.7 * channels))
+    gather = [c for c in v27.candidates(A100, "allgather", 1 << 20, 8)
+              if (c.algorithm, c.protocol) == ("ring", "LL128")][0]
+    assert gather.busbw_GBps == pytest.approx(min(wire * 0.92, 18.3 * channels))
+    assert _cand(v28, A100, 1 << 20, 8, "tree", "Simple").busbw_GBps == pytest.approx(
+        min(wire * 0.92, 24.0 * channels))
+    assert _cand(v28, A100, 1 << 20, 8, "ring", "LL128").busbw_GBps == pytest.approx(
+        min(wire * 0.92, 16.9 * channels))
+    # the tree correction: 22 sizes in 2.6 / 2.7 (none from 256 MiB), 23 from 2.8
+    for lib, factor in ((v27, 1.0), (v28, 0.9)):
+        tree = _cand(lib, A100, 256 << 20, 8, "tree", "Simple")
+        assert tree.algbw_GBps == pytest.approx(tree.busbw_GBps * 0.5 * factor)

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 
 import networkx as nx
@@ -74,7 +73,7 @@ from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataP
                        nvls_fill_s, ring_datapath, runtime_channels, tree_chunk_bytes,
                        tuned_channels)
 from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
-                             NcclVersion, get_version,
+                             NcclVersion, get_version, per_channel_cap, release_number,
                              inter_cpu_GBps)
 
 #: User-facing algorithm names and the NCCL algorithm each is.
@@ -209,18 +208,6 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
         step = next(k for k in range(local) if hops[machine[chain[k]]] == best)
         chains.append(chain[step:] + chain[:step])
     return None if chains == default else chains
-
-
-def tree_ll128_factor(nodes: int) -> float:
-    """NCCL's tree/LL128 bandwidth factor: ``nNodes == 1 ? 7.0/9.0 : 120.0/128.0``
-    (v2.30.7-1 ``src/graph/tuning.cc``:335)."""
-    return 7.0 / 9.0 if nodes == 1 else 120.0 / 128.0
-
-
-def per_channel_cap(table: dict, generation: str, slot: int) -> float:
-    """A per-channel cap of NCCL's tuner (``perChMax*Bws[generation][N1, N2, N4]``), GB/s;
-    unbounded where the version has none."""
-    return table.get(generation, (math.inf,) * 3)[slot]
 
 
 def store_cost_graph(cache: dict, key, graph: nx.DiGraph, out: nx.DiGraph, library: str,
@@ -367,19 +354,16 @@ class NcclLibrary:
                     factor = (v.ring_ll128_one_rank_factor
                               if ppn < 2 and v.ring_ll128_one_rank_factor is not None
                               else v.ring_ll128_factor)
-                    cap = per_channel_cap(v.per_channel_ring_ll128, gen, slot) * channels
+                    cap = min(v.ring_ll128_channel_cap(collective, gen, slot) * channels,
+                              v.ll128_collective_totals.get(collective, math.inf))
                     bus = min(bus * factor, cap)
                 if algo == "tree":
-                    if v.per_channel_tree:
-                        cap = per_channel_cap(v.per_channel_tree, gen, slot) * channels
-                    else:
-                        cap = 70.0 if nodes > 1 else 90.0
-                    bus = min(bus * v.tree_factor, cap)
+                    bus = min(bus * v.tree_factor, v.tree_cap(nodes, proto, gen, slot, channels))
                     if proto == "LL":
                         bus = min(bus * v.tree_ll_factor, ll_max)
                     if proto == "LL128":
-                        cap = per_channel_cap(v.per_channel_tree_ll128, gen, slot) * channels
-                        bus = min(bus * tree_ll128_factor(nodes), cap)
+                        cap = v.tree_ll128_channel_cap(gen, slot) * channels
+                        bus = min(bus * v.tree_ll128_factor(nodes), cap)
                 if algo in ("nvls", "nvls_tree") and v.number >= (2, 30):
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
@@ -405,7 +389,8 @@ class NcclLibrary:
                 algbw_eff = algbw
                 log_size = int(math.floor(math.log2(size_bytes >> 6))) if size_bytes >= 64 \
                     else -1
-                if (algo == "tree" and v.tree_correction and 0 <= log_size < 23):
+                if (algo == "tree" and v.tree_correction
+                        and 0 <= log_size < min(23, len(v.tree_correction[p_index]))):
                     algbw_eff *= v.tree_correction[p_index][log_size]
                 if (algo == "ring" and proto == "Simple" and nodes > 1
                         and collective == "allreduce" and self._plateau(size_bytes, n, channels)):
@@ -464,8 +449,8 @@ class NcclLibrary:
             if v.net_overhead and nodes > 1:
                 overhead = 2.0 if facts.cpu_vendor == "amd" else 1.0
                 intra = max(intra, overhead * (3 if proto == "Simple" else 1))
-            if v.number < (2, 10):
-                # NCCL 2.5 charges every step the latency of the slowest link class.
+            if v.ring_latency_slowest_link:
+                # NCCL 2.5 and 2.6 charge every step the latency of the slowest link class.
                 intra = inter = hw["net" if nodes > 1 else facts.intra_hw]["ring"][p]
             n_inter = 0 if nodes == 1 else (
                 (2 * nodes if v.inter_steps_all_nodes else 2 * (nodes - 1))
@@ -712,7 +697,8 @@ class NcclLibrary:
                 # a channel is one thread block moving at most its own rate: the call's
                 # channels carry at most their count of it (NCCL's tuner: bw / nChannels x
                 # channels) out of every GPU, on one machine or across machines
-                channel_cap = used * self._channel_busbw(facts, c.protocol) * 1e9
+                channel_cap = used * self._channel_busbw(facts, c.protocol,
+                                                         collective=collective) * 1e9
             intra_lat = c.intra_latency_us * lat_scale * syncs
             inter_lat = intra_lat
             fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
@@ -801,15 +787,16 @@ class NcclLibrary:
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
 
-    def _channel_busbw(self, facts: MachineFacts, protocol: str, algorithm: str = "ring"
-                       ) -> float:
+    def _channel_busbw(self, facts: MachineFacts, protocol: str, algorithm: str = "ring",
+                       collective: str = "allreduce") -> float:
         """Bus bandwidth one channel (one thread block) of ``algorithm`` moves, GB/s: half the
         graph search's per-channel bandwidth of the generation (each search channel becomes
         two, ``connect.cc``), times the protocol's factors and per-channel caps of NCCL's tuner
         for the communicator's machine count (``tuning.cc``: ring LL ``x ring_ll_factor``, ring
         LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``; tree ``min(x tree_factor,
-        perChMaxTreeBw)``, LL on top ``x tree_ll_factor``, LL128 ``min(x``
-        :func:`tree_ll128_factor` ``, perChMaxTreeLL128Bw)``), and for ring LL128 the share
+        perChMaxTreeBw)``, LL on top ``x tree_ll_factor``, LL128 ``min(x`` the version's
+        ``tree_ll128_factor`` ``, perChMaxTreeLL128Bw)``; 2.7 to 2.9 cap LL128 by
+        ``collective``), and for ring LL128 the share
         of that a channel really moves
         (:data:`~simulator.library.datapath.LL128_RING_CHANNEL_RATE`, fitted on A100)."""
         v = self.version
@@ -820,13 +807,13 @@ class NcclLibrary:
             if protocol == "LL":
                 speed *= v.tree_ll_factor
             elif protocol == "LL128":
-                speed = min(speed * tree_ll128_factor(facts.nodes),
-                            per_channel_cap(v.per_channel_tree_ll128, gen, slot))
+                speed = min(speed * v.tree_ll128_factor(facts.nodes),
+                            v.tree_ll128_channel_cap(gen, slot))
         elif protocol == "LL":
             speed *= v.ring_ll_factor
         elif protocol == "LL128":
             speed = min(speed * v.ring_ll128_factor,
-                        per_channel_cap(v.per_channel_ring_ll128, gen, slot))
+                        v.ring_ll128_channel_cap(collective, gen, slot))
             speed *= LL128_RING_CHANNEL_RATE.get(gen, 1.0)
         return speed / 2.0
 
@@ -904,7 +891,5 @@ def _protocols(text, collective: str) -> tuple:
 def _release(text, table: NcclVersion) -> tuple:
     """(major, minor) of the NCCL version asked for, else the table's."""
     if not isinstance(text, NcclVersion):
-        match = re.search(r"(\d+)\.(\d+)", str(text or ""))
-        if match:
-            return int(match.group(1)), int(match.group(2))
+        return release_number(text) or table.number
     return table.number

@@ -15,6 +15,7 @@ files older GPUs under Volta); node-count index ``N1, N2, N4`` (1, 2, more nodes
 from __future__ import annotations
 
 import math
+import re
 
 from dataclasses import dataclass, field, replace
 
@@ -95,6 +96,26 @@ class NcclVersion:
         2.29) keeps ``2 x (nNodes - 1)``: with ``2 x nNodes`` the only 2.21 file, the A3 Mega
         GPUDirect-TCPXO table (NCCL 2.21.5), goes from +3.6 % to +20.2 % below 64 KiB, and the
         engine charges the tuner's latency as time (docs/validation/sources.md).
+    ring_latency_slowest_link : bool
+        2.5 and 2.6 charge every ring step the latency of the slowest link class
+        (``latencies += nsteps*hwLat[hw]``, ``hw`` the network across machines; v2.5.6-2 and
+        v2.6.4-1 ``tuning.cc``); 2.7 on split intra- and inter-machine steps.
+    tree_caps : tuple or None
+        The tree's total bus-bandwidth cap where the version has no per-channel one:
+        ``(nodes, cap, cap above, cap A100 LL128, cap above A100 LL128)``, GB/s, the second of
+        each pair for more than ``nodes`` machines (2.5: ``nNodes > 1 ? 70 : 90``; 2.6:
+        ``nNodes > 2 ? 80 : 110``; 2.7: the same, 130 / 105 for LL128 on A100).
+    tree_ll128_factors : tuple
+        Tree/LL128 bus-bandwidth factor on one machine and on several (2.5, 2.6: 7/9 and 7/9;
+        2.7 to 2.9: 7/9 and 0.915; 2.10 on: 7/9 and 120/128).
+    ll128_collective_caps : dict
+        2.7 to 2.9: LL128's per-channel cap by collective (``ll128MaxBwPerCh[coll]``), for
+        rings and, times ``tree_ll128_cap_scale``, the all-reduce tree; empty: the
+        per-generation tables above.
+    ll128_collective_totals : dict
+        2.5 and 2.6: ring/LL128's total cap by collective (``ll128MaxBw[coll]``), GB/s.
+    tree_ll128_cap_scale : float
+        2.7's tree/LL128 cap is ``ll128MaxBwPerCh[coll] x nChannels x 7/9``; 1 otherwise.
     min_traffic_per_channel : int
         ``MinTrafficPerChannel`` of the kernel planner (bytes of traffic below which a
         collective is not spread over another channel; 2.30: 32 KiB), 0 where the version
@@ -128,11 +149,52 @@ class NcclVersion:
     busbw_cap: dict = field(default_factory=dict)
     plateau_trigger: str = "channels"
     inter_steps_all_nodes: bool = False
+    ring_latency_slowest_link: bool = False
+    tree_caps: tuple | None = None
+    tree_ll128_factors: tuple = (7.0 / 9.0, 120.0 / 128.0)
+    ll128_collective_caps: dict = field(default_factory=dict)
+    ll128_collective_totals: dict = field(default_factory=dict)
+    tree_ll128_cap_scale: float = 1.0
 
     @property
     def number(self) -> tuple[int, int]:
         major, minor = self.name.split(".")
         return int(major), int(minor)
+
+    def tree_ll128_factor(self, nodes: int) -> float:
+        """Tree/LL128's bus-bandwidth factor for ``nodes`` machines (``tree_ll128_factors``)."""
+        return self.tree_ll128_factors[0 if nodes == 1 else 1]
+
+    def ring_ll128_channel_cap(self, collective: str, generation: str, slot: int) -> float:
+        """Ring/LL128's per-channel bus-bandwidth cap, GB/s (inf where there is none)."""
+        if self.ll128_collective_caps:
+            return self.ll128_collective_caps.get(collective, math.inf)
+        return per_channel_cap(self.per_channel_ring_ll128, generation, slot)
+
+    def tree_ll128_channel_cap(self, generation: str, slot: int) -> float:
+        """Tree/LL128's per-channel bus-bandwidth cap (an all-reduce), GB/s."""
+        if self.ll128_collective_caps:
+            return self.ll128_collective_caps["allreduce"] * self.tree_ll128_cap_scale
+        return per_channel_cap(self.per_channel_tree_ll128, generation, slot)
+
+    def tree_cap(self, nodes: int, protocol: str, generation: str, slot: int,
+                 channels: int) -> float:
+        """The tree's bus-bandwidth cap for a call on ``channels`` search channels, GB/s:
+        per channel where the version has a table, else its total cap (``tree_caps``)."""
+        if self.per_channel_tree:
+            return per_channel_cap(self.per_channel_tree, generation, slot) * channels
+        if self.tree_caps is None:
+            return math.inf
+        split, cap, above, cap_ll128, above_ll128 = self.tree_caps
+        if protocol == "LL128" and generation == "ampere":
+            cap, above = cap_ll128, above_ll128
+        return above if nodes > split else cap
+
+
+def per_channel_cap(table: dict, generation: str, slot: int) -> float:
+    """A per-channel cap of NCCL's tuner (``perChMax*Bws[generation][N1, N2, N4]``), GB/s;
+    unbounded where the version has none."""
+    return table.get(generation, (math.inf,) * 3)[slot]
 
 
 _TREE_CORRECTION = (
@@ -144,6 +206,36 @@ _TREE_CORRECTION = (
      .9),
 )
 
+#: ``ll128MaxBw[coll]`` of 2.5 and 2.6: ring/LL128's total cap, GB/s (v2.5.6-2, v2.6.4-1
+#: ``tuning.cc``:77; broadcast, reduce, all-gather, reduce-scatter, all-reduce).
+_LL128_TOTAL_25 = {"broadcast": 113.0, "reduce": 72.0, "allgather": 110.0,
+                   "reduce_scatter": 91.0, "allreduce": 100.0}
+#: ``ll128MaxBwPerCh[coll]`` of 2.7 to 2.9, GB/s per channel, but all-reduce (16.7 in 2.7,
+#: 16.9 in 2.8 and 2.9): v2.7.8-1 ``tuning.cc``:74, v2.8.4-1 :73.
+_LL128_PER_CHANNEL_27 = {"broadcast": 18.8, "reduce": 12.0, "allgather": 18.3,
+                         "reduce_scatter": 15.2}
+#: ``treeCorrectionFactor`` of 2.6 (v2.6.4-1 :232-236), 2.7 (v2.7.8-1 :247-251: 22 sizes)
+#: and 2.8 / 2.9 (v2.8.4-1 :265-269: 23 sizes).
+_TREE_CORRECTION_26 = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .5, .5, .6, .7, .8, .9, .9, 1.0, 1.0,
+     1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .8, .7, .7, .7, .6, .6, .7, .7, .8, .8, .9, .9,
+     1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
+)
+_TREE_CORRECTION_27 = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0,
+     1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9,
+     1.0),
+    _TREE_CORRECTION_26[2],
+)
+_TREE_CORRECTION_28 = (
+    _TREE_CORRECTION_27[0] + (1.0,),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9,
+     .92, .92),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+)
 _LL_MAX_212 = {"volta": (39.0, 39.0, 20.4), "ampere": (87.7, 22.5, 19.0),
                "intel": (39.0, 39.0, 20.4), "amd": (87.7, 22.5, 19.0)}
 _PER_CH_TREE = {"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8),
@@ -174,7 +266,62 @@ _add(NcclVersion(
     ll_max_busbw={},
     ring_ll_factor=0.25, ring_ll128_factor=120.0 / 128.0, tree_factor=0.9,
     tree_ll_factor=1.0 / 3.0, ll128_generations=("volta",), net_overhead=False,
-    plateau=(1.0, 1.0), nvls=False,
+    plateau=(1.0, 1.0), nvls=False, ring_latency_slowest_link=True,
+    tree_caps=(1, 90.0, 70.0, 90.0, 70.0), tree_ll128_factors=(7.0 / 9.0, 7.0 / 9.0),
+    ll128_collective_totals=_LL128_TOTAL_25,
+))
+# NCCL 2.6 (v2.6.4-1 src/graph/tuning.cc; git diff v2.5.6-2 v2.6.4-1): 2.5's latencies and
+# factors; the tree capped at 110 GB/s up to two machines and 80 beyond (was 90 / 70 one and
+# several); treeCorrectionFactor appears (22 sizes). Volta alone runs LL128.
+_add(replace(
+    VERSIONS["2.5"], name="2.6",
+    source="NVIDIA/nccl v2.6.4-1 src/graph/tuning.cc (:60-77 baseLat, hwLat, ll128MaxBw; :111-115 "
+    "refinements, tree min(x.9, nNodes > 2 ? 80 : 110); :232-236 treeCorrectionFactor)",
+    tree_caps=(2, 110.0, 80.0, 110.0, 80.0), tree_correction=_TREE_CORRECTION_26,
+))
+# NCCL 2.7 (v2.7.8-1; v2.7.3-1 to v2.7.8-1 alike): Ampere arrives. New latencies (ring LL128
+# base 10 us, NVLink ring LL 0.47 us, network Simple tree 50 us), LL's intra-machine steps
+# x1.8 across machines, intra and network steps split; A100 capped at 235 GB/s and runs
+# LL128; LL128 capped per channel by collective (ll128MaxBwPerCh, the tree x7/9); the tree's
+# total cap 110 / 80 GB/s (130 / 105 for LL128 on A100); the ring/Simple plateau x1.9.
+_add(NcclVersion(
+    name="2.7",
+    source="NVIDIA/nccl v2.7.8-1 src/graph/tuning.cc (:56 baseLat, :63-70 hwLat, :74 "
+    "ll128MaxBwPerCh, :112-124 refinements, :132 LL x1.8, :136 ring steps, :247-251 "
+    "treeCorrectionFactor, :262 ring plateau x1.9)",
+    base_latency_us=_lat((4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (4.4, 4.4, 0.0)),
+    hw_latency_us={
+        "nvlink": _lat((.52, 1.2, 28), (.47, 1.9, 3.4), (.5, 1.2, 4.0)),
+        "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 5.5)),
+        "net": _lat((5.0, 8.5, 50), (2.7, 4.0, 9.6), (5.0, 5.0, 10.7)),
+    },
+    ll_max_busbw={}, ring_ll_factor=0.25, ring_ll128_factor=0.92,
+    ring_ll128_one_rank_factor=0.7, tree_factor=0.9, tree_ll_factor=1.0 / 3.8,
+    ll128_generations=("volta", "ampere"), net_overhead=False, ll_multinode_intra_factor=1.8,
+    plateau=(1.9, 1.9), nvls=False, tree_correction=_TREE_CORRECTION_27,
+    busbw_cap={"ampere": 235.0}, plateau_trigger="ranks",
+    tree_caps=(2, 110.0, 80.0, 130.0, 105.0), tree_ll128_factors=(7.0 / 9.0, 0.915),
+    ll128_collective_caps={**_LL128_PER_CHANNEL_27, "allreduce": 16.7},
+    tree_ll128_cap_scale=7.0 / 9.0,
+))
+# NCCL 2.8 and 2.9 (v2.8.3-1 to v2.9.9-1: tuning.cc differs only in CollNet between v2.8.4-1
+# and v2.9.9-1): per-channel tree caps (perChMaxTreeBws) and LL caps (llMaxBws) replace the
+# total tree cap; the tree factor 0.92; LL128's all-reduce cap 16.9 per channel, the tree no
+# longer x7/9; NVLink tree LL128 1.25 us, network Simple tree 28 us; 23 correction sizes.
+_add(replace(
+    VERSIONS["2.7"], name="2.8",
+    source="NVIDIA/nccl v2.8.4-1 src/graph/tuning.cc (:65-69 hwLat, :73-76 ll128MaxBwPerCh, "
+    "llMaxBws, perChMaxTreeBws, :124-130 refinements, :265-269 treeCorrectionFactor); "
+    "v2.9.9-1 the same outside CollNet",
+    hw_latency_us={
+        "nvlink": _lat((.52, 1.25, 28), (.47, 1.9, 3.4), (.5, 1.2, 4.0)),
+        "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 5.5)),
+        "net": _lat((5.0, 8.5, 28), (2.7, 4.0, 9.6), (5.0, 5.0, 10.7)),
+    },
+    ll_max_busbw=_LL_MAX_212, tree_factor=0.92,
+    per_channel_tree={"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 22.5, 16.0)},
+    tree_caps=None, ll128_collective_caps={**_LL128_PER_CHANNEL_27, "allreduce": 16.9},
+    tree_ll128_cap_scale=1.0, tree_correction=_TREE_CORRECTION_28,
 ))
 #: What 2.10 to 2.17 share (v2.10.3-1 and v2.11.4-1 ``src/graph/tuning.cc`` are identical;
 #: v2.12.12-1 and v2.13.4-1 set ``hwLat[NET][Ring][Simple]`` to 28 instead of 9.6, and from 2.12
@@ -367,18 +514,37 @@ def inter_cpu_GBps(family: str, release: tuple | None = None) -> float:
     return math.inf
 
 
+_NAMED_RELEASE = re.compile(r"nccl\D{0,12}?(\d+)\.(\d+)", re.IGNORECASE)
+_RELEASE = re.compile(r"(?<![\d.])(\d)\.(\d+)")
+_NOT_STATED = re.compile(r"\s*(not stated|unknown|n/?a\b|none\b)", re.IGNORECASE)
+
+
+def release_number(text) -> tuple | None:
+    """(major, minor) of the NCCL release a text names (``"2.18.3"``, ``"2.5.6 (stated in
+    requirements list)"``, ``"NCCL 2.11.4, CUDA 11.6"``), or None where it names none.
+
+    A release written after the word NCCL wins; otherwise the first ``x.y`` with a one-digit
+    major (NCCL's are 1 and 2; CUDA's, drivers' and frameworks' numbers around it are not
+    NCCL's). A text that says the version is not stated names none, whatever it mentions
+    after that (``"not stated (CUDA 12.4, driver 550.90.07)"``).
+    """
+    text = str(text or "")
+    if _NOT_STATED.match(text):
+        return None
+    match = _NAMED_RELEASE.search(text) or _RELEASE.search(text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def get_version(text: str | None) -> NcclVersion:
     """The table for an NCCL version string (``"2.18.3"``, ``"2.5.6 (stated ...)"``, ``None``).
 
-    The newest table not newer than the given version; unknown or missing text gives
-    :data:`DEFAULT_VERSION`; a version older than every table gives the oldest.
+    The newest table not newer than the given version (:func:`release_number`); unknown or
+    missing text gives :data:`DEFAULT_VERSION`; a version older than every table gives the
+    oldest.
     """
-    import re
-
-    match = re.search(r"(\d+)\.(\d+)", str(text or ""))
-    if not match:
+    wanted = release_number(text)
+    if wanted is None:
         return VERSIONS[DEFAULT_VERSION]
-    wanted = (int(match.group(1)), int(match.group(2)))
     ordered = sorted(VERSIONS.values(), key=lambda v: v.number)
     chosen = ordered[0]
     for version in ordered:
