@@ -565,7 +565,7 @@ def test_nvls_tree_across_h100_machines():
 
 @pytest.mark.parametrize("text, release, table", [
     ("2.18.3", (2, 18), "2.18"), ("2.5.6 (stated in requirements list)", (2, 5), "2.5"),
-    ("NCCL version 2.27.3+cuda12.9", (2, 27), "2.23"),
+    ("NCCL version 2.27.3+cuda12.9", (2, 27), "2.25"),
     ("CUDA 11.6, NCCL 2.11.4-1", (2, 11), "2.10"), ("2.11.4-1+cuda11.6", (2, 11), "2.10"),
     ("not stated (CUDA 12.4, driver 550.90.07)", None, DEFAULT_VERSION),
     ("not stated (horovod/horovod:latest container, CUDA 11.3)", None, DEFAULT_VERSION),

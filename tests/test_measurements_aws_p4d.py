@@ -61,7 +61,9 @@ def test_nccl_223_constants_as_its_source_has_them():
     """v2.23.4-1 tuning.cc: Simple tree base 8.4, hwLat tree Simple 4.0 (NVLink, PCI) and 14
     (network); v2.22.3-1 (the 2.21 table) still 0 / 28 / 28 / 28."""
     new, old = get_version("2.23.4"), get_version("2.22")
-    assert (new.name, old.name, get_version("2.29").name) == ("2.23", "2.21", "2.23")
+    assert (new.name, old.name, get_version("2.24").name) == ("2.23", "2.21", "2.23")
+    assert [get_version(v).name for v in ("2.25", "2.27", "2.28", "2.29")] == [
+        "2.25", "2.25", "2.28", "2.29"]
     assert new.base_latency_us["tree"][2] == 8.4 and old.base_latency_us["tree"][2] == 0.0
     assert [new.hw_latency_us[hw]["tree"][2] for hw in ("nvlink", "pci", "net")] == [4.0, 4.0, 14]
     assert [old.hw_latency_us[hw]["tree"][2] for hw in ("nvlink", "pci", "net")] == [28, 28, 28]

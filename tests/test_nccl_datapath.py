@@ -63,6 +63,50 @@ def test_nccl_230_keeps_32k_of_traffic_per_channel():
                          640) == 4
 
 
+@pytest.mark.parametrize("release, protocol, size, expected", [
+    ((2, 21), "Simple", 24 << 10, 16),  # no planner cells before 2.22
+    ((2, 26), "LL", 64 << 10, 8),       # 16 KiB cells: 2 x 64 KiB of traffic in 8
+    ((2, 27), "LL", 64 << 10, 16),      # LL's cells four times smaller from 2.27
+    ((2, 30), "Simple", 64 << 10, 4),   # 32 KiB cells from 2.29
+    ((2, 30), "Simple", 24 << 10, 2),   # a cell and a half: two channels (divUp)
+    ((2, 30), "LL128", 16 << 20, 16),   # plenty of cells: the channels the call has
+])
+def test_the_planner_gives_every_channel_at_least_one_cell(release, protocol, size, expected):
+    """``scheduleCollTasksToPlan`` (src/enqueue.cc): cells of MinTrafficPerChannel traffic
+    (512 B in 2.22, 16 KiB 2.23-2.28, 32 KiB from 2.29), at least one per channel, so a call
+    runs on at most as many channels as it has cells; for rings and trees alike."""
+    from simulator.library.datapath import planned_channels
+    from simulator.library.nccl_constants import min_traffic_per_channel
+
+    assert [min_traffic_per_channel(r) for r in ((2, 21), (2, 22), (2, 23), (2, 28), (2, 29))] \
+        == [0, 512, 16 << 10, 16 << 10, 32 << 10]
+    assert planned_channels(release, "allreduce", protocol, size, 8, 16) == expected
+    # all-gather counts ranks x bytes of traffic: 8 ranks x 16 KiB make 4 cells of 32 KiB
+    assert planned_channels((2, 30), "allgather", "Simple", 16 << 10, 8, 16) == 4
+
+
+def test_blackwell_as_nccl_225_to_230_have_it():
+    """Blackwell came with NCCL 2.25: its LL128 (``case 100``) and NVLS, and per-channel caps
+    twice Hopper's up to 2.27 (v2.25.1-1 tuning.cc:150-175); 2.28 and 2.29 re-cost them
+    (ncclTunerConstantsDefaults): ring/LL128 73.4 (2.25-2.28), 34.5 (2.29), 40 (2.30) GB/s per
+    channel; NVLS tree beyond two machines 43.1 (2.28), 43.8 (2.29), 80 (2.30)."""
+    from simulator.library import get_library
+    from simulator.topology import load_topology
+
+    ring = {v: get_version(v).ring_ll128_channel_cap("allreduce", "blackwell", 1)
+            for v in ("2.26", "2.28", "2.29", "2.30")}
+    assert ring == {"2.26": 73.4, "2.28": 73.4, "2.29": 34.6, "2.30": 40.0}
+    assert [get_version(v).per_channel_nvls_tree["blackwell"][2]
+            for v in ("2.28", "2.29", "2.30")] == [43.1, 43.8, 80.0]
+    assert get_version("2.26").per_channel_tree["blackwell"] == (77.4, 82.8, 72.0)
+    assert get_version("2.26").max_channels == 64 and get_version("2.24").max_channels == 32
+    graph = load_topology("hgx-b200", {"nodes": 2})
+    pairs = {v: {(c.algorithm, c.protocol) for c in get_library("nccl", version=v).candidates(
+        graph, "allreduce", 8 << 20, 16)} for v in ("2.24", "2.26")}
+    assert ("tree", "LL128") in pairs["2.26"] and ("nvls_tree", "Simple") in pairs["2.26"]
+    assert ("tree", "LL128") not in pairs["2.24"] and ("nvls_tree", "Simple") not in pairs["2.24"]
+
+
 @pytest.mark.parametrize("size, loops", [(16 << 20, 1), (384 << 20, 1), (385 << 20, 2),
                                          (1 << 30, 3)])
 def test_loops_and_syncs_per_step(size, loops):

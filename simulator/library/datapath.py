@@ -52,7 +52,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .nccl_constants import BUFFSIZE, NCCL_STEPS, PAYLOAD_FRACTION, PCI_BW, RING_STEPS, NcclVersion
+from .nccl_constants import (BUFFSIZE, NCCL_STEPS, PAYLOAD_FRACTION, PCI_BW, RING_STEPS, NcclVersion,
+                             ll_traffic_factor, min_traffic_per_channel)
 
 #: Threads per channel by protocol (``NCCL_SIMPLE_MAX_NTHREADS`` 512, ``NCCL_LL_MAX_NTHREADS``
 #: 512, ``NCCL_LL128_MAX_NTHREADS`` 640; ``src/include/device.h``).
@@ -61,9 +62,14 @@ THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 #: for rings; ``NCCL_LL128_THREAD_THRESHOLD`` 8; ``NCCL_SIMPLE_THREAD_THRESHOLD`` 64;
 #: ``src/include/comm.h``, ``tuning.cc``).
 THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
-#: All-reduce traffic per byte in NCCL 2.30's planner (``ncclFuncTrafficPerByte``: 2 for
+#: All-reduce traffic per byte in NCCL's planner (``ncclFuncTrafficPerByte``: 2 for
 #: all-reduce, ranks for all-gather and reduce-scatter, 1 otherwise).
 TRAFFIC_PER_BYTE = {"allreduce": 2}
+
+
+def release_of(version) -> tuple:
+    """(major, minor) of an NCCL release: a table's own, or the tuple given."""
+    return version.number if isinstance(version, NcclVersion) else tuple(version)
 
 
 @dataclass(frozen=True)
@@ -145,16 +151,34 @@ def tuned_channels(channels: int, size_bytes: int, threads: int, threshold: int)
     return nc
 
 
+def planned_channels(release, collective: str, protocol: str, size_bytes: int, ranks: int,
+                     channels: int) -> int:
+    """The channels NCCL's kernel planner spreads a call over (``scheduleCollTasksToPlan``,
+    ``src/enqueue.cc``, 2.22 on; rings, trees and NVLS alike): it cuts the call into cells of
+    :func:`~simulator.library.nccl_constants.min_traffic_per_channel` traffic (bytes x
+    ``ncclFuncTrafficPerByte``; LL's cells four times smaller from 2.27) and gives each
+    channel at least one, so a call of few cells runs on as many channels as it has cells
+    (``cellSize = divUp(divUp(MinTrafficPerChannel, trafficPerByte), 16) * 16``)."""
+    release = release_of(release)
+    minimum = min_traffic_per_channel(release)
+    if not minimum:
+        return channels
+    per_byte = TRAFFIC_PER_BYTE.get(collective, ranks if collective in (
+        "allgather", "reduce_scatter") else 1)
+    if protocol == "LL":
+        per_byte *= ll_traffic_factor(release)
+    cell = 16 * math.ceil(math.ceil(minimum / per_byte) / 16)
+    return max(1, min(channels, math.ceil(int(size_bytes) / cell)))
+
+
 def ring_channels(version: NcclVersion, collective: str, protocol: str, size_bytes: int,
-                  ranks: int, channels_max: int, threads: int) -> int:
-    """Channels NCCL runs a ring call of ``size_bytes`` on (``enqueue.cc`` channel tuning)."""
+                  ranks: int, channels_max: int, threads: int, release=None) -> int:
+    """Channels NCCL runs a ring call of ``size_bytes`` on (``enqueue.cc`` channel tuning,
+    then the planner's cells: :func:`planned_channels` of ``release``, the table's own by
+    default)."""
     threshold = THREAD_THRESHOLD[protocol] * (ranks if protocol == "LL" else 1)
     nc = tuned_channels(channels_max, size_bytes, threads, threshold)
-    if version.min_traffic_per_channel:
-        traffic = size_bytes * TRAFFIC_PER_BYTE.get(collective, ranks if collective in (
-            "allgather", "reduce_scatter") else 1)
-        nc = max(1, min(nc, traffic // version.min_traffic_per_channel))
-    return nc
+    return planned_channels(release or version, collective, protocol, size_bytes, ranks, nc)
 
 
 def fifo_step_bytes(protocol: str, simple_buffer_bytes: int | None = None) -> int:
@@ -180,13 +204,14 @@ def chunk_bytes(collective: str, protocol: str,
 
 def ring_datapath(version: NcclVersion, collective: str, protocol: str, size_bytes: int,
                   ranks: int, graph_channels: int, graph_busbw_GBps: float,
-                  simple_buffer_bytes: int | None = None) -> DataPath:
+                  simple_buffer_bytes: int | None = None, release=None) -> DataPath:
     """The data path of one ring call (all-reduce, all-gather, reduce-scatter);
-    ``simple_buffer_bytes`` is ``NCCL_BUFFSIZE`` where the platform sets it."""
+    ``simple_buffer_bytes`` is ``NCCL_BUFFSIZE`` where the platform sets it, ``release`` the
+    NCCL release when it is not the table's own."""
     channels_max = runtime_channels(version, graph_channels)
     threads = ring_threads(protocol, graph_busbw_GBps)
     used = ring_channels(version, collective, protocol, int(size_bytes), ranks, channels_max,
-                         threads)
+                         threads, release)
     chunk, slices = chunk_bytes(collective, protocol, simple_buffer_bytes)
     # size_bytes is the whole message (all-gather: the output, reduce-scatter: the input, as
     # nccl-tests counts them): a loop moves one chunk per rank and channel
@@ -243,11 +268,13 @@ NVLS_MAX_CHUNK_BYTES = 128 * 1024
 NVLS_FILL_CHUNKS = 17.0
 
 
-def nvls_channels(version: NcclVersion, generation: str, nodes: int) -> int:
-    """The channels an NVLS / NVLS-tree call runs on (see :data:`NVLS_CHANNELS_SM90`)."""
-    if generation in ("hopper",) or version.number < (2, 26):
+def nvls_channels(release, generation: str, nodes: int) -> int:
+    """The channels an NVLS / NVLS-tree call runs on in NCCL ``release`` (a table or a
+    (major, minor); see :data:`NVLS_CHANNELS_SM90`)."""
+    release = release_of(release)
+    if generation in ("hopper",) or release < (2, 26):
         return NVLS_CHANNELS_SM90
-    if nodes > 1 or version.number < (2, 27):
+    if nodes > 1 or release < (2, 27):
         return NVLS_CHANNELS_SM100
     return NVLS_CHANNELS_SM100_ONE_MACHINE
 
@@ -272,12 +299,13 @@ def nvls_chunk_bytes(algorithm: str, size_bytes: int, channels: int, heads: int,
     return chunk
 
 
-def nvls_fill_s(version: NcclVersion, algorithm: str, generation: str, size_bytes: int,
+def nvls_fill_s(release, algorithm: str, generation: str, size_bytes: int,
                 heads: int, nodes: int, algbw_bytes_per_s: float) -> float:
-    """The pipeline fill of one NVLS / NVLS-tree call, seconds (see :data:`NVLS_FILL_CHUNKS`)."""
+    """The pipeline fill of one NVLS / NVLS-tree call in NCCL ``release``, seconds (see
+    :data:`NVLS_FILL_CHUNKS`)."""
     if algbw_bytes_per_s <= 0:
         return 0.0
-    channels = nvls_channels(version, generation, nodes)
+    channels = nvls_channels(release, generation, nodes)
     chunk = nvls_chunk_bytes(algorithm, size_bytes, channels, heads, nodes)
     return NVLS_FILL_CHUNKS * chunk * channels / algbw_bytes_per_s
 

@@ -70,8 +70,8 @@ from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, messa
                          nccl_settings, network_step_latency_us)
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
-                       nvls_fill_s, ring_datapath, runtime_channels, tree_chunk_bytes,
-                       tuned_channels)
+                       nvls_fill_s, planned_channels, ring_datapath, runtime_channels,
+                       tree_chunk_bytes, tuned_channels)
 from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
                              NcclVersion, get_version, per_channel_cap, release_number,
                              inter_cpu_GBps)
@@ -331,7 +331,7 @@ class NcclLibrary:
             if algo in ("nvls", "nvls_tree") and not (
                     collective == "allreduce" and v.nvls and facts.nvswitch
                     and facts.local_ranks_min >= v.nvls_min_local_gpus
-                    and (nodes == 1) == (algo == "nvls") and v.nvls_efficiency.get(gen, 0) > 0):
+                    and (nodes == 1) == (algo == "nvls") and gen in v.nvls_generations):
                 continue
             for p_index, proto in enumerate(PROTOCOLS):
                 if algo in ("nvls", "nvls_tree", "collnet_direct") and proto != "Simple":
@@ -364,13 +364,13 @@ class NcclLibrary:
                     if proto == "LL128":
                         cap = v.tree_ll128_channel_cap(gen, slot) * channels
                         bus = min(bus * v.tree_ll128_factor(nodes), cap)
-                if algo in ("nvls", "nvls_tree") and v.number >= (2, 30):
+                if algo in ("nvls", "nvls_tree") and v.number >= (2, 28):
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
                     if algo == "nvls_tree":
                         tree_cap = per_channel_cap(v.per_channel_nvls_tree, gen, slot)
                         bus = min(bus, inter_bw * (2 if nodes <= 2 else 1), tree_cap * channels)
-                elif algo == "nvls":                # 2.18-2.21: min(intra, inter), x 5/6 below
+                elif algo == "nvls":                # 2.18-2.27: min(intra, inter), x 5/6 below
                     bus = intra_bw
                 elif algo == "nvls_tree":
                     bus = min(intra_bw, inter_bw if nodes <= 2 else inter_bw / 2)
@@ -380,7 +380,7 @@ class NcclLibrary:
                     factor -= (factor - 1) / 2
                     bus = intra_bw / factor * (0.85 if facts.compute_capability >= 90 else 1.0)
                 ratio = 0.5 if algo in ("tree", "collnet_direct") else n / nsteps
-                if algo in ("nvls", "nvls_tree") and v.number < (2, 30):
+                if algo in ("nvls", "nvls_tree") and v.number < (2, 28):
                     ratio = 5.0 / 6.0
                 algbw = bus * ratio
                 lat, intra_lat, inter_lat = self._latency(algo, proto, p_index, collective,
@@ -422,6 +422,10 @@ class NcclLibrary:
     def _simple_buffer(self, facts: MachineFacts) -> int | None:
         settings = self._settings(facts)
         return settings.simple_buffer_bytes if settings is not None else None
+
+    def _nvls_gpus(self) -> str:
+        """The GPU generations NVLS runs on in this release, for messages."""
+        return " or ".join(g.capitalize() for g in self.version.nvls_generations)
 
     def _ll128_enabled(self, facts: MachineFacts) -> bool:
         """NCCL enables LL128 by default only on NVLink machines of listed generations whose
@@ -578,10 +582,11 @@ class NcclLibrary:
                            f"{self.version.nvls_min_local_gpus} GPUs on every machine (here "
                            f"{facts.local_ranks_min})")
         elif wanted == "nvls":
-            reasons.append("NVLS needs one NVSwitch machine of Hopper or later and NCCL >= 2.17")
+            reasons.append(f"NVLS needs one NVSwitch machine of {self._nvls_gpus()} GPUs "
+                           "(NCCL >= 2.17; Blackwell from 2.25)")
         elif wanted == "nvls_tree":
-            reasons.append("NVLS tree needs several NVSwitch machines of Hopper or later and "
-                           "NCCL >= 2.18")
+            reasons.append(f"NVLS tree needs several NVSwitch machines of {self._nvls_gpus()} "
+                           "GPUs (NCCL >= 2.18; Blackwell from 2.25)")
         if wanted == "tree" and collective != "allreduce":
             reasons.append("NCCL's tree runs all-reduce only")
         if wanted == "collnet_direct":
@@ -691,7 +696,7 @@ class NcclLibrary:
             if collective in DATAPATH_COLLECTIVES:
                 path = ring_datapath(v, collective, c.protocol, int(size_bytes), facts.ranks,
                                      c.channels, c.wire_busbw_GBps,
-                                     self._simple_buffer(facts))
+                                     self._simple_buffer(facts), self.release)
                 syncs = path.syncs_per_step
                 used = path.channels
                 # a channel is one thread block moving at most its own rate: the call's
@@ -734,8 +739,10 @@ class NcclLibrary:
                       else None)
             # the call's channels as NCCL runs them (the search's, doubled, fewer for a small
             # call), each one thread block at one channel's rate, as on a ring
-            runtime = tuned_channels(runtime_channels(v, c.channels), size_bytes, threads,
-                                     threshold)
+            runtime = planned_channels(self.release, collective, c.protocol, int(size_bytes),
+                                       facts.ranks, tuned_channels(
+                                           runtime_channels(v, c.channels), size_bytes,
+                                           threads, threshold))
             channel_cap = runtime * self._channel_busbw(facts, c.protocol, "tree") * 1e9
             if chains is not None:
                 options["chains"] = chains
@@ -766,8 +773,9 @@ class NcclLibrary:
             scale = self.scale["bandwidth"]
             # NCCL shrinks NVLS chunks for smaller messages; the pipeline fill they leave
             # (simulator.library.datapath.nvls_fill_s) is charged once, with the latency
-            fill_s = nvls_fill_s(v, c.algorithm, facts.generation, int(size_bytes), local,
-                                 facts.nodes, c.algbw_GBps * 1e9 * self.scale["bandwidth"])
+            fill_s = nvls_fill_s(self.release, c.algorithm, facts.generation, int(size_bytes),
+                                 local, facts.nodes,
+                                 c.algbw_GBps * 1e9 * self.scale["bandwidth"])
             fixed += fill_s
         handshake_s, messages_s = self._message_costs_s(
             facts, c, collective, int(size_bytes), used, path, tree_chunk)

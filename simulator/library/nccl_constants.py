@@ -92,8 +92,8 @@ class NcclVersion:
     inter_steps_all_nodes : bool
         2.12 to 2.22 count ``2 x nNodes`` network steps in an all-reduce ring (``nNodes > 1 ?
         2*nNodes : 0``, v2.12.12-1:114 .. v2.21.5-1:161), 2.10-2.11 and 2.23 on ``2 x (nNodes -
-        1)`` (v2.23.4-1:258). The 2.21 table (now 2.21 and 2.22; the 2.23 table serves 2.23 to
-        2.29) keeps ``2 x (nNodes - 1)``: with ``2 x nNodes`` the only 2.21 file, the A3 Mega
+        1)`` (v2.23.4-1:258). The 2.21 table (now 2.21 and 2.22; the 2.23 table serves 2.23 and
+        2.24) keeps ``2 x (nNodes - 1)``: with ``2 x nNodes`` the only 2.21 file, the A3 Mega
         GPUDirect-TCPXO table (NCCL 2.21.5), goes from +3.6 % to +20.2 % below 64 KiB, and the
         engine charges the tuner's latency as time (docs/validation/sources.md).
     ring_latency_slowest_link : bool
@@ -116,10 +116,9 @@ class NcclVersion:
         2.5 and 2.6: ring/LL128's total cap by collective (``ll128MaxBw[coll]``), GB/s.
     tree_ll128_cap_scale : float
         2.7's tree/LL128 cap is ``ll128MaxBwPerCh[coll] x nChannels x 7/9``; 1 otherwise.
-    min_traffic_per_channel : int
-        ``MinTrafficPerChannel`` of the kernel planner (bytes of traffic below which a
-        collective is not spread over another channel; 2.30: 32 KiB), 0 where the version
-        has none.
+    nvls_generations : tuple
+        Generations NVLink SHARP runs on in this release (Hopper from 2.17, Blackwell from
+        2.25, the first release for it); the NVSwitch must support multicast.
     """
 
     name: str
@@ -145,7 +144,7 @@ class NcclVersion:
     nvls_min_local_gpus: int = 3
     tree_correction: tuple = ()
     max_channels: int = 32
-    min_traffic_per_channel: int = 0
+    nvls_generations: tuple = ("hopper",)
     busbw_cap: dict = field(default_factory=dict)
     plateau_trigger: str = "channels"
     inter_steps_all_nodes: bool = False
@@ -423,6 +422,25 @@ _add(replace(
     hw_latency_us=_hw_latency_221(tree_simple_intra=4.0, tree_simple_net=14),
     ring_ll128_one_rank_factor=None, inter_steps_all_nodes=False,
 ))
+# NCCL 2.25 to 2.27 (v2.25.1-1, v2.26.2-1, v2.27.3-1 src/graph/tuning.cc: ``git diff v2.23.4-1
+# v2.25.1-1`` adds Blackwell, the first release for it): Blackwell rows in llMaxBws (282, 90,
+# 70), perChMaxRingLL128Bws (73.4), perChMaxTreeLL128Bws (73.4, 73.4, 58) and perChMaxTreeBws
+# (77.4, 82.8, 72), all "2*" Hopper's; LL128 on Blackwell (``case 100: pEnable &= 1``,
+# v2.25.1-1:435; from 2.27 any compute capability >= 7.0 on NVLink); NVLS on Blackwell; 64
+# channels (MAXCHANNELS, v2.25.1-1 device.h). Latencies as 2.23.
+_add(replace(
+    VERSIONS["2.23"], name="2.25",
+    source="NVIDIA/nccl v2.25.1-1 src/graph/tuning.cc (:150-175 Blackwell rows, :426-436 LL128 "
+    "on Blackwell); v2.26.2-1 and v2.27.3-1 the same constants",
+    ll_max_busbw={**VERSIONS["2.23"].ll_max_busbw, "blackwell": (282.0, 90.0, 70.0)},
+    per_channel_ring_ll128={**_PER_CH_RING_LL128, "blackwell": (73.4,) * 3},
+    per_channel_tree_ll128={**_PER_CH_TREE_LL128, "blackwell": (73.4, 73.4, 58.0)},
+    per_channel_tree={**_PER_CH_TREE, "blackwell": (77.4, 82.8, 72.0)},
+    ll128_generations=GENERATIONS, nvls_generations=("hopper", "blackwell"), max_channels=64,
+    # the engine's NVLS rate on Blackwell: NCCL's own figure from 2.28 (v2.28.3-1
+    # nvlsEfficiency 0.74), as the older tables take Hopper's 0.85 (the 2.25 tuner has none)
+    nvls_efficiency={"hopper": 0.85, "blackwell": 0.74},
+))
 _add(NcclVersion(
     name="2.30", source="NVIDIA/nccl master 2.30.7 (5067397c) src/graph/tuning.cc "
     "(ncclTunerConstantsDefaults, nvlsEfficiency, treeCorrectionFactor); src/transport/nvls.cc "
@@ -437,11 +455,53 @@ _add(NcclVersion(
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
     per_channel_nvls_tree=_PER_CH_NVLS_TREE,
     nvls_efficiency={"hopper": 0.85, "blackwell": 0.74}, tree_correction=_TREE_CORRECTION,
-    max_channels=64, min_traffic_per_channel=32 << 10,
+    max_channels=64, nvls_generations=("hopper", "blackwell"),
+))
+
+#: NCCL 2.28 and 2.29 (v2.28.3-1, v2.29.2-1 ``ncclTunerConstantsDefaults`` and
+#: ``nvlsEfficiency``: 2.30's way of costing NVLS). Against 2.30: the NVLS tree's network step
+#: 14 us in 2.28 (20.9 from 2.29), Blackwell's ring/LL128 per channel 73.4 GB/s in 2.28 and
+#: 34.5 / 34.6 / 34.5 in 2.29 (40 in 2.30), Blackwell's NVLS tree per channel 43.1 (2.28) and
+#: 43.8 (2.29) with more than two machines (80 in 2.30); NVLS needs three GPUs a machine up to
+#: 2.28.6 (``gpuCount <= 2``), two from 2.28.7 (taken for 2.29).
+_add(replace(
+    VERSIONS["2.30"], name="2.28",
+    source="NVIDIA/nccl v2.28.3-1 src/graph/tuning.cc (ncclTunerConstantsDefaults :140-200, "
+    "nvlsEfficiency :134-139)",
+    nvls_min_local_gpus=3,
+    hw_latency_us=_hw_latency_221(tree_simple_intra=4.0, tree_simple_net=14, nvls_tree_net=14),
+    per_channel_ring_ll128={**_PER_CH_RING_LL128, "blackwell": (73.4,) * 3},
+    per_channel_nvls_tree={**_PER_CH_NVLS_TREE, "blackwell": (0.0, 96.0, 43.1)},
+))
+_add(replace(
+    VERSIONS["2.30"], name="2.29",
+    source="NVIDIA/nccl v2.29.2-1 src/graph/tuning.cc (ncclTunerConstantsDefaults :140-200)",
+    per_channel_ring_ll128={**_PER_CH_RING_LL128, "blackwell": (34.5, 34.6, 34.5)},
+    per_channel_nvls_tree={**_PER_CH_NVLS_TREE, "blackwell": (0.0, 96.0, 43.8)},
 ))
 
 #: The version used when none is given: the newest.
 DEFAULT_VERSION = "2.30"
+
+
+def min_traffic_per_channel(release: tuple) -> int:
+    """``MinTrafficPerChannel`` of NCCL's kernel planner (``scheduleCollTasksToPlan`` in
+    ``src/enqueue.cc``): the traffic, bytes, below which a call is not spread over one more
+    channel. 512 in 2.22 (v2.22.3-1:614), 16 KiB from 2.23 to 2.28 (v2.23.4-1:723,
+    v2.28.3-1:512), 32 KiB from 2.29 (v2.29.2-1:576, v2.30.7-1:585); none before 2.22."""
+    release = tuple(release)
+    if release >= (2, 29):
+        return 32 << 10
+    if release >= (2, 23):
+        return 16 << 10
+    return 512 if release >= (2, 22) else 0
+
+
+def ll_traffic_factor(release: tuple) -> int:
+    """How much smaller the planner's cells are for LL: ``trafficPerByte *= 4`` from 2.27
+    (v2.27.3-1 ``enqueue.cc``; absent in v2.25.1-1), so an LL call spreads over four times
+    the channels of a Simple one of its size."""
+    return 4 if tuple(release) >= (2, 27) else 1
 
 #: NCCL's achievable bandwidth of one NVLink per direction, GB/s, by compute capability
 #: (``SM60_NVLINK_BW`` .. ``SM100_NVLINK_BW`` in ``src/graph/topo.h``, 2.30.7; SM70 is 20.0
