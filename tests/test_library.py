@@ -635,3 +635,19 @@ def test_nccl_26_to_29_bandwidths_as_their_tuning_cc():
     for lib, factor in ((v27, 1.0), (v28, 0.9)):
         tree = _cand(lib, A100, 256 << 20, 8, "tree", "Simple")
         assert tree.algbw_GBps == pytest.approx(tree.busbw_GBps * 0.5 * factor)
+
+
+def test_ring_ll_runs_at_a_third_for_gathers_on_one_machine_from_27_to_220():
+    """``(nNodes > 1 || coll == AllReduce || coll == Reduce) ? 1.0/4.0 : 1.0/3.0`` (v2.7.8-1
+    :113 to v2.20.3-1 :181); 2.5 / 2.6 take a quarter for all, 2.21 on a half."""
+    def ring_ll(version, graph, gpus, collective):
+        lib = get_library("nccl", version=version)
+        return next(c for c in lib.candidates(graph, collective, 1 << 20, gpus)
+                    if (c.algorithm, c.protocol) == ("ring", "LL")).busbw_GBps
+
+    for version, wire in (("2.7", 235.0), ("2.10", 235.0), ("2.18", 240.0)):   # 2.18: no cap
+        assert ring_ll(version, A100, 8, "allgather") == pytest.approx(min(wire / 3, 87.7))
+        assert ring_ll(version, A100, 8, "allreduce") == pytest.approx(wire / 4)
+        assert ring_ll(version, A100_2, 16, "allgather") < ring_ll(version, A100, 8, "allgather")
+    assert ring_ll("2.6", A100, 8, "allgather") == pytest.approx(240.0 / 4)
+    assert ring_ll("2.21", A100, 8, "allgather") == ring_ll("2.21", A100, 8, "allreduce")

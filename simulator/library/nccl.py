@@ -349,7 +349,7 @@ class NcclLibrary:
                              else wire)
                 bus = min(algo_wire, v.busbw_cap.get(gen, math.inf))
                 if algo == "ring" and proto == "LL":
-                    bus = min(ll_max, bus * v.ring_ll_factor)
+                    bus = min(ll_max, bus * v.ring_ll_factor_for(collective, nodes))
                 if algo == "ring" and proto == "LL128":
                     factor = (v.ring_ll128_one_rank_factor
                               if ppn < 2 and v.ring_ll128_one_rank_factor is not None
@@ -818,7 +818,7 @@ class NcclLibrary:
                 speed = min(speed * v.tree_ll128_factor(facts.nodes),
                             v.tree_ll128_channel_cap(gen, slot))
         elif protocol == "LL":
-            speed *= v.ring_ll_factor
+            speed *= v.ring_ll_factor_for(collective, facts.nodes)
         elif protocol == "LL128":
             speed = min(speed * v.ring_ll128_factor,
                         v.ring_ll128_channel_cap(collective, gen, slot))

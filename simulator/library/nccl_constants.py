@@ -52,6 +52,10 @@ class NcclVersion:
         has none.
     ring_ll_factor : float
         Ring/LL bus bandwidth = this x the wire rate (LL moves 8 payload bytes per 16).
+    ring_ll_factor_one_machine : float or None
+        2.7 to 2.20: 1/3 instead for an all-gather, reduce-scatter or broadcast on one machine
+        (``(nNodes > 1 || coll == ncclFuncAllReduce || coll == ncclFuncReduce) ? 1.0/4.0 :
+        1.0/3.0``, v2.7.8-1 :113, v2.12.12-1 :127, v2.20.3-1 :181; 2.21 on x.5 for all).
     ring_ll128_factor : float
         Ring/LL128 (NCCL writes 0.92 for 120/128).
     ring_ll128_one_rank_factor : float or None
@@ -131,6 +135,7 @@ class NcclVersion:
     per_channel_tree_ll128: dict = field(default_factory=dict)
     per_channel_nvls_tree: dict = field(default_factory=dict)
     ring_ll_factor: float = 0.5
+    ring_ll_factor_one_machine: float | None = None
     ring_ll128_factor: float = 0.92
     ring_ll128_one_rank_factor: float | None = None
     tree_factor: float = 0.92
@@ -159,6 +164,13 @@ class NcclVersion:
     def number(self) -> tuple[int, int]:
         major, minor = self.name.split(".")
         return int(major), int(minor)
+
+    def ring_ll_factor_for(self, collective: str, nodes: int) -> float:
+        """Ring/LL's bus-bandwidth factor for ``collective`` on ``nodes`` machines."""
+        if (self.ring_ll_factor_one_machine is not None and nodes == 1
+                and collective not in ("allreduce", "reduce")):
+            return self.ring_ll_factor_one_machine
+        return self.ring_ll_factor
 
     def tree_ll128_factor(self, nodes: int) -> float:
         """Tree/LL128's bus-bandwidth factor for ``nodes`` machines (``tree_ll128_factors``)."""
@@ -294,8 +306,8 @@ _add(NcclVersion(
         "pci": _lat((1.0, 1.9, 28), (1.0, 2.5, 5.7), (1.0, 1.9, 5.5)),
         "net": _lat((5.0, 8.5, 50), (2.7, 4.0, 9.6), (5.0, 5.0, 10.7)),
     },
-    ll_max_busbw={}, ring_ll_factor=0.25, ring_ll128_factor=0.92,
-    ring_ll128_one_rank_factor=0.7, tree_factor=0.9, tree_ll_factor=1.0 / 3.8,
+    ll_max_busbw={}, ring_ll_factor=0.25, ring_ll_factor_one_machine=1.0 / 3.0,
+    ring_ll128_factor=0.92, ring_ll128_one_rank_factor=0.7, tree_factor=0.9, tree_ll_factor=1.0 / 3.8,
     ll128_generations=("volta", "ampere"), net_overhead=False, ll_multinode_intra_factor=1.8,
     plateau=(1.9, 1.9), nvls=False, tree_correction=_TREE_CORRECTION_27,
     busbw_cap={"ampere": 235.0}, plateau_trigger="ranks",
@@ -340,7 +352,8 @@ _V210_TO_217 = dict(
     per_channel_ring_ll128={g: (20.0,) * 3 for g in GENERATIONS},
     per_channel_tree={"volta": (26.5, 18.5, 10.0), "ampere": (24.0, 23.6, 17.8)},
     per_channel_tree_ll128={g: (20.0,) * 3 for g in GENERATIONS},
-    ring_ll_factor=0.25, ll128_generations=("volta", "ampere"), net_overhead=False,
+    ring_ll_factor=0.25, ring_ll_factor_one_machine=1.0 / 3.0,
+    ll128_generations=("volta", "ampere"), net_overhead=False,
     ll_multinode_intra_factor=1.8, plateau=(1.9, 1.9), nvls=False,
     tree_correction=_TREE_CORRECTION, busbw_cap={"ampere": 235.0}, plateau_trigger="ranks",
     ring_ll128_one_rank_factor=0.7,
@@ -372,7 +385,8 @@ _add(NcclVersion(
     ll_max_busbw={**_LL_MAX_212, "hopper": (87.7, 22.5, 19.0)},
     per_channel_ring_ll128=_PER_CH_RING_LL128, per_channel_tree=_PER_CH_TREE,
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
-    ring_ll_factor=0.25, ll128_generations=("volta", "ampere", "hopper"),
+    ring_ll_factor=0.25, ring_ll_factor_one_machine=1.0 / 3.0,
+    ll128_generations=("volta", "ampere", "hopper"),
     nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
     inter_steps_all_nodes=True,
     ring_ll128_one_rank_factor=0.7,
