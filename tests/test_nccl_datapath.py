@@ -398,3 +398,25 @@ def test_ll128_rate_fits_its_rows_and_helps_the_files_it_was_not_fitted_to():
     for errors, before in zip(checks, (-23.1, -21.7, -31.1)):
         assert len(errors) in (3, 4)   # dkh's NCCL 2.19 runs LL128 from 2 MiB
         assert before + 10.0 < sum(errors) / len(errors) < 0.0
+
+
+def test_nccl_229_corrects_the_nvls_tree_on_blackwell_x86_in_its_choice_only():
+    """v2.29.2-1 tuning.cc:595: ``treeCorrectionFactor`` on the NVLS tree's all-reduce for
+    Blackwell on x86 (not in 2.28): NCCL's tuner takes LL128 trees where 2.28 took NVLS trees
+    (16 MiB on two B200 machines, Simple row x.7 at log2(16 MiB / 64) = 18); the NVLS tree's
+    own run time is untouched."""
+    from simulator.library import get_library
+    from simulator.topology import load_topology
+
+    graph = load_topology("hgx-b200", {"nodes": 2})
+    picks = {v: get_library("nccl", version=v).plan(graph, "allreduce", "auto", 16 << 20, 16)
+             for v in ("2.28", "2.30")}
+    assert picks["2.28"].label == "nvls_tree"
+    assert (picks["2.30"].label, picks["2.30"].protocol) == ("tree", "LL128")
+    for v in ("2.28", "2.30"):
+        lib = get_library("nccl", version=v)
+        nvls = next(c for c in lib.candidates(graph, "allreduce", 16 << 20, 16)
+                    if c.algorithm == "nvls_tree")
+        factor = 0.7 if v == "2.30" else 1.0
+        assert nvls.predicted_time_us == pytest.approx(
+            nvls.latency_us + (16 << 20) / (1000.0 * nvls.algbw_GBps * factor))

@@ -392,12 +392,19 @@ class NcclLibrary:
                 if (algo == "tree" and v.tree_correction
                         and 0 <= log_size < min(23, len(v.tree_correction[p_index]))):
                     algbw_eff *= v.tree_correction[p_index][log_size]
+                # 2.29 on, Blackwell on x86: the tuner corrects the NVLS tree too; its choice
+                # moves, the engine's NVLS tree does not (it has no rate from the tuner)
+                tuner_only = 1.0
+                if (algo == "nvls_tree" and v.nvls_tree_correction and gen == "blackwell"
+                        and facts.cpu_family != "arm"
+                        and 0 <= log_size < len(v.tree_correction[p_index])):
+                    tuner_only = v.tree_correction[p_index][log_size]
                 if (algo == "ring" and proto == "Simple" and nodes > 1
                         and collective == "allreduce" and self._plateau(size_bytes, n, channels)):
                     lat *= v.plateau[0 if facts.compute_capability < 80 else 1]
                 lat *= self.scale["latency"]
                 algbw_eff *= self.scale["bandwidth"]
-                time_us = lat + size_bytes / (1000.0 * algbw_eff)
+                time_us = lat + size_bytes / (1000.0 * algbw_eff * tuner_only)
                 out.append(Candidate(algo, proto, channels, lat, bus, algbw_eff, time_us,
                                      intra_lat, inter_lat, algo_wire, steps_lat, nsteps))
         out.sort(key=lambda c: c.predicted_time_us)

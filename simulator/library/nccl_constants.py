@@ -120,6 +120,11 @@ class NcclVersion:
         2.5 and 2.6: ring/LL128's total cap by collective (``ll128MaxBw[coll]``), GB/s.
     tree_ll128_cap_scale : float
         2.7's tree/LL128 cap is ``ll128MaxBwPerCh[coll] x nChannels x 7/9``; 1 otherwise.
+    nvls_tree_correction : bool
+        2.29 on: the tuner applies ``treeCorrectionFactor`` to the NVLS tree's all-reduce too,
+        on Blackwell with x86 hosts (``algorithm == NCCL_ALGO_NVLS_TREE && ... && minCompCap >=
+        100 && cpuArch == NCCL_TOPO_CPU_ARCH_X86``, v2.29.2-1 ``tuning.cc``:595, 2.30.7 :644):
+        the choice between NVLS trees and trees moves, the NVLS tree's run time does not.
     nvls_generations : tuple
         Generations NVLink SHARP runs on in this release (Hopper from 2.17, Blackwell from
         2.25, the first release for it); the NVSwitch must support multicast.
@@ -150,6 +155,7 @@ class NcclVersion:
     tree_correction: tuple = ()
     max_channels: int = 32
     nvls_generations: tuple = ("hopper",)
+    nvls_tree_correction: bool = False
     busbw_cap: dict = field(default_factory=dict)
     plateau_trigger: str = "channels"
     inter_steps_all_nodes: bool = False
@@ -469,7 +475,7 @@ _add(NcclVersion(
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
     per_channel_nvls_tree=_PER_CH_NVLS_TREE,
     nvls_efficiency={"hopper": 0.85, "blackwell": 0.74}, tree_correction=_TREE_CORRECTION,
-    max_channels=64, nvls_generations=("hopper", "blackwell"),
+    max_channels=64, nvls_generations=("hopper", "blackwell"), nvls_tree_correction=True,
 ))
 
 #: NCCL 2.28 and 2.29 (v2.28.3-1, v2.29.2-1 ``ncclTunerConstantsDefaults`` and
@@ -482,7 +488,7 @@ _add(replace(
     VERSIONS["2.30"], name="2.28",
     source="NVIDIA/nccl v2.28.3-1 src/graph/tuning.cc (ncclTunerConstantsDefaults :140-200, "
     "nvlsEfficiency :134-139)",
-    nvls_min_local_gpus=3,
+    nvls_min_local_gpus=3, nvls_tree_correction=False,
     hw_latency_us=_hw_latency_221(tree_simple_intra=4.0, tree_simple_net=14, nvls_tree_net=14),
     per_channel_ring_ll128={**_PER_CH_RING_LL128, "blackwell": (73.4,) * 3},
     per_channel_nvls_tree={**_PER_CH_NVLS_TREE, "blackwell": (0.0, 96.0, 43.1)},
