@@ -52,8 +52,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .nccl_constants import (BUFFSIZE, NCCL_STEPS, PAYLOAD_FRACTION, PCI_BW, RING_STEPS, NcclVersion,
-                             ll_traffic_factor, min_traffic_per_channel)
+from .nccl_constants import (BUFFSIZE, NCCL_STEPS, PAYLOAD_FRACTION, PCI_BW, RING_STEPS,
+                             NcclVersion, ll_traffic_factor, min_traffic_per_channel)
 
 #: Threads per channel by protocol (``NCCL_SIMPLE_MAX_NTHREADS`` 512, ``NCCL_LL_MAX_NTHREADS``
 #: 512, ``NCCL_LL128_MAX_NTHREADS`` 640; ``src/include/device.h``).
@@ -154,7 +154,8 @@ def tuned_channels(channels: int, size_bytes: int, threads: int, threshold: int)
 def planned_channels(release, collective: str, protocol: str, size_bytes: int, ranks: int,
                      channels: int) -> int:
     """The channels NCCL's kernel planner spreads a call over (``scheduleCollTasksToPlan``,
-    ``src/enqueue.cc``, 2.22 on; rings, trees and NVLS alike): it cuts the call into cells of
+    ``src/enqueue.cc``, 2.22 on; applied here to rings and trees, NVLS calls being large): it
+    cuts the call into cells of
     :func:`~simulator.library.nccl_constants.min_traffic_per_channel` traffic (bytes x
     ``ncclFuncTrafficPerByte``; LL's cells four times smaller from 2.27) and gives each
     channel at least one, so a call of few cells runs on as many channels as it has cells

@@ -905,6 +905,6 @@ def _protocols(text, collective: str) -> tuple:
 
 def _release(text, table: NcclVersion) -> tuple:
     """(major, minor) of the NCCL version asked for, else the table's."""
-    if not isinstance(text, NcclVersion):
-        return release_number(text) or table.number
-    return table.number
+    if isinstance(text, NcclVersion):
+        return table.number
+    return release_number(text) or table.number
