@@ -681,3 +681,18 @@ def test_ranks_own_their_share_of_a_machines_nics():
     assert owned_nics(2, 4, 8) == 1          # two NICs for eight GPUs: half of them own one
     assert owned_nics(2, 1, 8) == 1          # at least one
     assert owned_nics(4, 8, 8) == 4
+
+
+def test_each_point_says_which_nccl_it_simulated():
+    """``simulated_nccl``: the release a point ran and, where NCCL's source is tabled for an
+    older release, whose constants (a file of NCCL 2.26.2 runs 2.25's table; an unstated one
+    the newest); empty on bare wires."""
+    lambda_b200 = read_measurements(TABLES / "nccl_dstack_lambda_b200_2node_ib.csv").head(2)
+    points = compare(lambda_b200, load_topology("hgx-b200", {"nodes": 2}))
+    assert set(points["simulated_nccl"]) == {"NCCL 2.26 (constants of 2.25)"}
+    a100 = read_measurements(TABLES / "nccl_deepops_dgxa100_2node_ib_ring.csv").head(2)
+    graph = load_topology("dgx-a100-2node")
+    assert set(compare(a100, graph)["simulated_nccl"]) == {"NCCL 2.30"}
+    assert set(compare(a100, graph, version="2.11.4")["simulated_nccl"]) == {
+        "NCCL 2.11 (constants of 2.10)"}
+    assert set(compare(a100, graph, library="ideal")["simulated_nccl"]) == {""}

@@ -42,7 +42,8 @@ _KEYS = ("source", "topology", "collective", "algorithm", "gpus", "size_bytes")
 POINT_COLUMNS = _KEYS + ("simulated_algorithm", "size_band", "measured_time_us",
                          "simulated_time_us", "error_pct", "abs_error_pct",
                          "measured_busbw_GBps", "simulated_busbw_GBps", "bottleneck_link",
-                         "library", "simulated_protocol", "channels", "launch_mode")
+                         "library", "simulated_protocol", "channels", "launch_mode",
+                         "simulated_nccl")
 _SUMMARY_COLUMNS = ("points", "mape_pct", "median_ape_pct", "max_ape_pct", "bias_pct")
 
 
@@ -273,6 +274,7 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             "bottleneck_link": sim["bottleneck_link"], "library": sim["library"],
             "simulated_protocol": sim["protocol"], "channels": sim["channels"],
             "launch_mode": launch_mode,
+            "simulated_nccl": nccl_release_name(lib) if library_name == "nccl" else "",
         })
     frame = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
     extra = [c for c in COLLECTIVE_OPTIONAL if c in measured.columns
@@ -282,6 +284,24 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
     frame.attrs.update(origin=measured.attrs.get("origin", ""),
                        topology=graph.graph.get("name", ""))
     return frame
+
+
+def release_text(lib) -> str:
+    """The NCCL release a library object simulates (``"2.30"``, ``"1.3"``), "" for none."""
+    release = getattr(lib, "release", None)
+    if isinstance(release, tuple):
+        return ".".join(str(part) for part in release)
+    return str(release or "")
+
+
+def nccl_release_name(lib) -> str:
+    """The NCCL a library object simulates: its release, and the table of constants it runs
+    where that is an older release's (``"NCCL 2.26 (constants of 2.25)"``, ``"NCCL 2.30"``;
+    words, so that a spreadsheet does not read 2.30 as the number 2.3)."""
+    release = release_text(lib)
+    table = getattr(getattr(lib, "version", None), "name", None)
+    name = f"NCCL {release}"
+    return name if table in (None, release) else f"{name} (constants of {table})"
 
 
 def _table(points: pd.DataFrame, by: str | None) -> pd.DataFrame:

@@ -36,6 +36,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
+from .collective import release_text
 
 #: Model names of measurement files (lower case, without spaces, dashes, dots and brackets)
 #: -> model registry names. A name not here that is a registry name is taken as it is.
@@ -390,7 +391,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             "exposed_comm_s": sim_n["exposed_comm_s"], "iteration_s": sim_n["iteration_s"],
             "framework_model": fw.name if fw else "default",
             "library": getattr(lib, "name", "ideal"),
-            "library_version": _release_name(lib), "anchor": anchor,
+            "library_version": release_text(lib), "anchor": anchor,
             "topology": graph.graph.get("name", ""),
             "line": lines[i] if i < len(lines) else None,
         })
@@ -403,12 +404,6 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     return frame
 
 
-def _release_name(lib) -> str:
-    """The NCCL release a library object simulates (``"2.30"``, ``"1.3"``), "" for none."""
-    release = getattr(lib, "release", None)
-    if isinstance(release, tuple):
-        return ".".join(str(part) for part in release)
-    return str(release or "")
 
 
 def _datasets(measured: pd.DataFrame) -> dict:
