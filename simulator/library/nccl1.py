@@ -27,14 +27,13 @@ do not count). The host's launch time is the ``nccl`` library's for the same lau
 
 from __future__ import annotations
 
-import re
-
 from ..errors import ConfigError
 from ..topology.graph import endpoints
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .machine import machine_facts
 from .nccl import link_rate, store_cost_graph
+from .nccl_constants import release_number
 
 #: The collectives NCCL 1.x implements (``src/*.cu``), all on its ring.
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
@@ -46,8 +45,8 @@ SOURCE = ("NVIDIA/nccl v1.3.4-1: src/core.cu (orderRanks by NVML index, ring pos
 
 def is_nccl1(version) -> bool:
     """Whether an NCCL version text names a 1.x release (``"1.3"``, ``"1.3.4"``)."""
-    match = re.search(r"(\d+)\.(\d+)", str(version or ""))
-    return bool(match) and int(match.group(1)) == 1
+    release = release_number(version)
+    return release is not None and release[0] == 1
 
 
 class Nccl1Library:
