@@ -36,6 +36,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from .engine.network import is_private
+
 TRANSFER_COLUMNS = ("run", "algorithm", "collective", "transfer", "step", "phase", "src_rank",
                     "dst_rank", "src", "dst", "size_bytes", "start_s", "drained_s",
                     "delivered_s", "done_s", "path")
@@ -117,7 +119,7 @@ def link_timeline(engine) -> pd.DataFrame:
     columns: dict[str, list] = {name: [] for name in TIMELINE_COLUMNS}
     for r, key in enumerate(net.keys):
         log = net.rate_log[r]
-        if not log:
+        if not log or is_private(key):
             continue
         arr = np.asarray(log, dtype=float)
         starts = arr[:, 0]

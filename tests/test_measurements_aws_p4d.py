@@ -92,11 +92,15 @@ def test_fitted_message_costs_on_the_p4de_table_and_the_dlami_check():
     _, eager = _errors(P4DE, {"nodes": 2, "gpu": "a100-sxm4-80gb"}, 0, 8193)
     assert abs(eager.mean()) < 1.0 and eager.abs().max() < 10           # fitted: -0.2 %
     _, read = _errors(P4DE, {"nodes": 2, "gpu": "a100-sxm4-80gb"}, 8193, 1 << 20)
-    assert abs(read.mean()) < 1.0                                       # fitted: +0.2 %
+    # fitted: +0.2 %; +1.6 % since a tree's transfers inside a machine move at one channel's
+    # speed (2026-11-27; the 128 KiB - 1 MiB rows, 1 - 12 % too fast before, are now within
+    # 1 %), not refitted
+    assert abs(read.mean()) < 2.0
     result, check = _errors(DLAMI, {"nodes": 2}, 0, 1 << 20)
     assert abs(check.mean()) < 10 and check.abs().mean() < 10           # check: 8.3 / -7.0
     assert set(result["simulated_protocol"]) == {"Simple"}
-    # still open (recorded): the DLAMI run's 1 - 8 MiB rows are 26 - 56 % slower than modelled
+    # still open (recorded): the DLAMI run's 1 - 8 MiB rows are 20 - 41 % slower than modelled
+    # (26 - 56 % before a tree's transfers inside a machine moved at one channel's speed)
     _, mid = _errors(DLAMI, {"nodes": 2}, 1 << 20, 16 << 20)
     assert mid.mean() < -25
 

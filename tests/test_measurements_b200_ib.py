@@ -30,7 +30,8 @@ def test_lambda_table_is_transcribed_whole():
 def test_where_the_simulator_stands_on_two_b200_machines():
     """NCCL 2.26 as its source has it (the 2.25 table: Blackwell's LL128 and NVLS, since
     2026-11-27): NVLS trees from 16 MiB within 14 %, the LL128 trees NCCL's tuner picks at 4
-    and 8 MiB 40-42 % too fast (the gap every multi-machine LL128 table shows), and small
+    and 8 MiB 27-34 % too fast (40-42 % before a tree's transfers inside a machine moved at
+    one channel's speed; the gap every multi-machine LL128 table shows), and small
     calls about 11 us too fast (35-45 us measured against the 25 us of NCCL's LL tree, which
     the H100 machines of nccl-tests #309 do measure)."""
     graph = load_topology("hgx-b200", {"nodes": 2})
@@ -41,7 +42,7 @@ def test_where_the_simulator_stands_on_two_b200_machines():
     assert get_version("2.26.2").name == "2.25"
     by_size = result.set_index("size_bytes")
     assert set(by_size.loc[[4 << 20, 8 << 20], "simulated_protocol"]) == {"LL128"}
-    assert (by_size.loc[[4 << 20, 8 << 20], "error_pct"] < -35).all()
+    assert (by_size.loc[[4 << 20, 8 << 20], "error_pct"] < -25).all()
     nvls = by_size.loc[[16 << 20, 32 << 20, 64 << 20, 128 << 20, 256 << 20]]
     assert set(nvls["simulated_algorithm"]) == {"auto:nvls_tree"}
     assert (nvls["error_pct"].abs() < 14).all()

@@ -335,6 +335,48 @@ def test_tree_chunks_are_nccls(protocol, size, channels, nodes, ppn, chunk):
     assert tree_chunk_bytes(protocol, size, channels, nodes, ppn) == chunk
 
 
+@pytest.mark.parametrize("release, size, chunk", [
+    ((2, 18), 4 << 20, 65536),     # depth 8: 1 chunk a channel < 64 -> 128 KiB; 4 < 32 -> 64 KiB
+    ((2, 18), 64 << 20, 131072),   # 16, then 32 chunks < 64 -> 128 KiB; 64 >= 32: stays
+    ((2, 6), 256 << 20, 524288),   # 64 chunks: whole
+    ((2, 18), 1 << 20, 32768),     # 0.25 chunks: down to 32 KiB
+    ((2, 5), 4 << 20, 524288),     # 2.5 has no reduction
+    ((2, 20), 4 << 20, 524288),    # nor 2.20 on
+    ((2, 30), 1 << 20, 524288),
+])
+def test_simple_tree_chunks_shrink_with_depth_from_2_6_to_2_19(release, size, chunk):
+    """v2.6.4-1 to v2.19.3-1 enqueue.cc halve a Simple tree chunk while a channel has fewer
+    than depth x 8, x 4, x 1 of them (floors 128, 64, 32 KiB); two machines of 8: depth 8."""
+    from simulator.library.datapath import tree_chunk_bytes
+    assert tree_chunk_bytes("Simple", size, 8, 2, 8, release=release) == chunk
+
+
+def test_tree_transfers_inside_a_machine_move_at_one_channels_speed():
+    """Two p4d over EFA, 4 MiB on Simple trees: the plan caps every GPU-to-GPU transfer of a
+    machine at the search's per-channel speed (A100: 20 GB/s x 0.92 tree factor); chunks store
+    and forward whole (one 512 KiB FIFO step, 256 KiB per tree here), so with the cap the call
+    is much slower than with the links shared freely, while at 1 GiB (pipelined, every
+    channel busy) the cap changes little."""
+    from simulator.collective import run_collective as run
+
+    graph = load_topology("aws-p4d", {"nodes": 2, "gpu": "a100-sxm4-80gb"})
+    lib = get_library("nccl")
+    times = {}
+    for size in (4 << 20, 1 << 30):
+        plan = lib.plan(graph, "allreduce", "auto", size, 16)
+        assert plan.label == "tree" and plan.protocol == "Simple"
+        assert plan.options["local_flow_cap_bytes_per_s"] == pytest.approx(20e9 * 0.92)
+        free = dict(plan.options)
+        del free["local_flow_cap_bytes_per_s"]
+        times[size] = [run(plan.graph, "allreduce", plan.algorithm, size, gpus=16,
+                           engine="auto", **opts).row["time_s"]
+                       for opts in (plan.options, free)]
+    capped, free = times[4 << 20]
+    assert capped > 1.3 * free
+    capped, free = times[1 << 30]
+    assert capped == pytest.approx(free, rel=0.05)
+
+
 def test_tree_pipelines_nccls_chunks():
     """The engine's tree segments are NCCL's chunks (2 DGX A100 over InfiniBand, 8 MiB, LL128:
     72,000 B), so a mid-size tree pays the fill of its chunks through the chain and the

@@ -149,3 +149,49 @@ def test_mirror_applies_only_where_the_argument_holds(monkeypatch, p, size, grap
     fast = tree_pipeline_time(g, placement(g, p), "allreduce", "double_binary_tree", size, p,
                               default_options(g, "double_binary_tree", p, {}))
     assert fast.applicable and applied == [False]
+
+
+@pytest.mark.parametrize("size,segments", [(1 << 20, 1), (24 << 20, 4)])
+def test_local_flow_cap_equals_event_engine(size, segments):
+    """Two DGX A100s with every transfer inside a machine capped at 9 GB/s (one NCCL channel):
+    the pipeline and the event engine agree, the cap slows the call, and the cross-machine
+    transfers keep their links' rate."""
+    graph = load_topology("dgx-a100", {"nodes": "2"})
+    opts = {"channels": 4, "local_ranks": 8, "segments": segments}
+    free, fast_free = both(graph, "allreduce", "double_binary_tree", size, 16, **opts)
+    capped, fast = both(graph, "allreduce", "double_binary_tree", size, 16, **opts,
+                        local_flow_cap_bytes_per_s=9e9)
+    assert capped.row["engine"] == "event"
+    assert math.isclose(fast.time_s, capped.row["time_s"], rel_tol=1e-9)
+    assert math.isclose(fast_free.time_s, free.row["time_s"], rel_tol=1e-9)
+    assert capped.row["time_s"] > 1.5 * free.row["time_s"]
+    carried = {key: b for key, _cap, b in fast.links}
+    table = capped.engine.network.link_table()
+    assert all(key[0] != "cap" for key, *_ in table)
+    for key, _cap, b, _busy in table:
+        assert math.isclose(carried.get(key, 0.0), b, rel_tol=1e-9, abs_tol=1e-6), key
+
+
+def test_local_flow_cap_is_a_closed_form():
+    """Two ranks of one machine, one segment: each of the channel's two trees sends half the
+    message up and then down, the trees on opposite links, so the call takes
+    2 x (bytes / 2 / rate + path latency) with rate = min(cap, link rate): the cap where it is
+    below the link, the link where it is not; both engines."""
+    graph = star(2)
+    size = 8 << 20
+    for cap, rate in ((2e9, 2e9), (50e9, 12.5e9)):
+        for engine in ("event", "auto"):
+            row = run_collective(graph, "allreduce", "double_binary_tree", size, gpus=2,
+                                 channels=1, local_ranks=2, segments=1, engine=engine,
+                                 local_flow_cap_bytes_per_s=cap).row
+            assert math.isclose(row["time_s"], 2 * (size / 2 / rate + 2e-6), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "9GB/s", True])
+def test_local_flow_cap_rejects_bad_values(bad):
+    from simulator.errors import ConfigError
+    from simulator.schedules import make_schedule
+
+    with pytest.raises(ConfigError, match="local_flow_cap_bytes_per_s"):
+        make_schedule("double_binary_tree", "allreduce", 8, 1 << 20,
+                      local_flow_cap_bytes_per_s=bad)

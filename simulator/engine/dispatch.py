@@ -31,7 +31,7 @@ from typing import Callable
 import networkx as nx
 
 from ..errors import ResourceError, SimulationError
-from ..schedules.base import Schedule
+from ..schedules.base import LOCAL_FLOW_CAP_NOTE, Schedule
 from ..schedules.registry import estimated_transfers
 from .common import FastResult
 from .aligned import aligned_time
@@ -136,9 +136,20 @@ def _tree_run(call: Call) -> FastResult:
                               call.size_bytes, call.gpus, call.options, call.reduce_compute)
 
 
+def _uncapped(call: Call) -> str | None:
+    """Why a step method cannot time the call: its connections carry their own rate caps
+    (:data:`~simulator.schedules.base.LOCAL_FLOW_CAP_NOTE`), which only the event engine and
+    the tree pipeline model."""
+    if (call.options.get("local_flow_cap_bytes_per_s") is not None
+            or (call.schedule is not None and LOCAL_FLOW_CAP_NOTE in call.schedule.notes)):
+        return "connections with their own rate caps (local_flow_cap_bytes_per_s)"
+    return None
+
+
 def _single_slice(call: Call) -> str | None:
-    return None if call.slices == 1 else (f"pipelined (slices={call.slices}): successive "
-                                          f"steps overlap on the same links")
+    if call.slices != 1:
+        return f"pipelined (slices={call.slices}): successive steps overlap on the same links"
+    return _uncapped(call)
 
 
 def _aligned_run(call: Call) -> FastResult:
@@ -161,7 +172,7 @@ METHODS = (
     Method("ring", _ring_applies, _ring_run),
     Method("tree-pipeline", _tree_applies, _tree_run),
     Method("aligned-steps", _single_slice, _aligned_run),
-    Method("compiled", lambda call: None, _compiled_run),
+    Method("compiled", _uncapped, _compiled_run),
     Method("step-sync", _single_slice, _step_sync_run),
 )
 

@@ -57,6 +57,12 @@ _EPS = 1e-12
 _BY_FID = operator.attrgetter("fid")
 
 
+def is_private(key: Hashable) -> bool:
+    """Whether a resource key is a flow's own rate cap (``("cap", ...)``: a resource only that
+    flow or connection crosses), not a link or device: the link tables leave these out."""
+    return isinstance(key, tuple) and len(key) > 0 and key[0] == "cap"
+
+
 class Flow:
     """One message on the wire. Mutable state belongs to :class:`FlowNetwork`.
 
@@ -450,9 +456,10 @@ class FlowNetwork:
 
     # -- records ------------------------------------------------------------------------------
     def link_table(self) -> list[tuple[Hashable, float, float, float]]:
-        """``(key, capacity_bytes_per_s, bytes_carried, busy_time_s)`` for every resource."""
+        """``(key, capacity_bytes_per_s, bytes_carried, busy_time_s)`` for every link and device
+        (not the flows' own caps: :func:`is_private`)."""
         return [(k, self.capacity[i], self.bytes_carried[i], self.busy_time[i])
-                for i, k in enumerate(self.keys)]
+                for i, k in enumerate(self.keys) if not is_private(k)]
 
 
 def max_min_rates(flow_resources: list[tuple[int, ...]], capacity: dict[int, float]) -> list[float]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import gc
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ import simpy
 
 from ..errors import SimulationError, TopologyError
 from ..guard import check_event_run
-from ..schedules.base import Schedule
+from ..schedules.base import Schedule, local_flow_caps
 from ..schedules.deps import dependencies, epochs, packed_sort
 from ..topology.routing import Router
 from .common import check_placement, drop_stale_kernel_caches, numba_available
@@ -187,6 +188,7 @@ class Engine:
         self.runs: list[ScheduleRun] = []
         self.compute_log: list[tuple[str, str, float, float]] = []
         self._prep_cache: dict[int, _Prepared] = {}
+        self._private = itertools.count()   # keys of the connections' own caps
         self._placed_cache: dict[tuple, tuple] = {}
 
     # -- devices ------------------------------------------------------------------------------
@@ -264,11 +266,16 @@ class Engine:
             return found
         net = self.network
         paths, conn_res = [], []
-        for s, d in zip(prep.head_src, prep.head_dst):
+        caps = local_flow_caps(schedule.notes, prep.head_src, prep.head_dst)
+        for c, (s, d) in enumerate(zip(prep.head_src, prep.head_dst)):
             path = self.router.path(placement[s], placement[d])
             paths.append(path)
-            conn_res.append(tuple(net.resource(k, self.router.capacity(k))
-                                  for k in path.resources))
+            res = tuple(net.resource(k, self.router.capacity(k)) for k in path.resources)
+            if caps[c] < math.inf:
+                # the connection's own cap (schedules.base.LOCAL_FLOW_CAP_NOTE): a resource
+                # only it crosses
+                res += (net.resource(("cap", "connection", next(self._private)), caps[c]),)
+            conn_res.append(res)
         latency = [path.latency_s for path in paths]
         receiver = [placement[d] for d in prep.head_dst]
         rank_rate = {}

@@ -49,7 +49,7 @@ import math
 import networkx as nx
 import numpy as np
 
-from ..schedules.base import split_bytes
+from ..schedules.base import LOCAL_FLOW_CAP_NOTE, local_flow_caps, split_bytes
 from .common import (FastResult, drop_stale_kernel_caches, interrupts_deferred, numba_available,
                      placed)
 
@@ -141,10 +141,17 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     paths, path_of, res_ptr, res_idx, latency, devices, rank_device, rank_rate = placed(
         graph, nodes, conn_src, conn_dst, reduce_compute)
     caps = paths.caps()
+    n_links = len(caps)
+    cap = options.get("local_flow_cap_bytes_per_s")
+    # the schedule's per-connection caps (schedules.base.local_flow_caps), from the options
+    # the schedule would be built with
+    flow_caps = local_flow_caps({} if cap is None else {
+        LOCAL_FLOW_CAP_NOTE: (cap, int(options.get("local_ranks") or p))}, conn_src, conn_dst)
+    capped = bool(np.isfinite(flow_caps).any())
     phases = (collective in UP_COLLECTIVES) + (collective in DOWN_COLLECTIVES)
     bytes_sent = float(seg_bytes.sum()) * (p - 1) * phases
     orbit_of = None
-    if options.get("mirror", True):
+    if options.get("mirror", True) and not capped:
         quotient = mirror_quotient(trees, seg_bytes, conn_tree, conn_child, conn_kind, path_of,
                                    res_ptr, res_idx, latency, caps, rank_rate)
         if quotient is not None:
@@ -160,6 +167,25 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     start_order = np.empty(len(local), dtype=np.int64)
     start_order[local] = np.arange(len(local))
     n_conn, n_res = len(conn_tree), len(caps)
+    if capped:
+        # a private resource per connection, of its cap (inf where it has none), as the
+        # event engine adds one to each capped connection's path
+        flow_caps = flow_caps[local]
+        own = np.flatnonzero(np.isfinite(flow_caps))
+        private = np.full(n_conn, -1, dtype=np.int64)
+        private[own] = n_res + np.arange(len(own))
+        conn_ptr = np.zeros(n_conn + 1, dtype=np.int64)
+        np.cumsum(np.diff(res_ptr)[path_of] + (private >= 0), out=conn_ptr[1:])
+        conn_idx = np.empty(conn_ptr[-1], dtype=res_idx.dtype)
+        for c in range(n_conn):
+            route = res_idx[res_ptr[path_of[c]]:res_ptr[path_of[c] + 1]]
+            conn_idx[conn_ptr[c]:conn_ptr[c] + len(route)] = route
+            if private[c] >= 0:
+                conn_idx[conn_ptr[c + 1] - 1] = private[c]
+        caps = np.concatenate([caps, flow_caps[own]])
+        latency = latency[path_of]
+        res_ptr, res_idx, path_of = conn_ptr, conn_idx, np.arange(n_conn, dtype=np.int64)
+        n_res = len(caps)
 
     kernel = _kernel()
     preds, succs = _links(trees, p, conn_tree, conn_child, conn_kind, parent)
@@ -225,7 +251,7 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     if orbit_of is not None:
         # each link of an orbit carried what the orbit did (its twin's image traffic)
         carried = np.where(orbit_of >= 0, carried[np.maximum(orbit_of, 0)], 0.0)
-    links = paths.table(carried)
+    links = paths.table(carried[:n_links])
     reduce_s = tuple(sorted((devices[d], float(s)) for d, s in enumerate(reduce_dev_s)
                             if s > 0))
     return FastResult(float(time_s), True, "", method, steps=segments, solves=int(solves),

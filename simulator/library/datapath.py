@@ -313,16 +313,32 @@ def nvls_fill_s(release, algorithm: str, generation: str, size_bytes: int,
 
 # -- tree ------------------------------------------------------------------------------------
 
+#: Releases whose Simple tree chunks shrink with the tree's depth (``enqueue.cc``: present
+#: from v2.6.4-1 to v2.19.3-1, absent in v2.5.6-1 and from v2.20.3-1).
+SIMPLE_TREE_CHUNK_RELEASES = ((2, 6), (2, 20))
+
+
 def tree_chunk_bytes(protocol: str, size_bytes: int, channels: int, nodes: int,
-                     ranks_per_node: float, simple_buffer_bytes: int | None = None) -> int:
+                     ranks_per_node: float, simple_buffer_bytes: int | None = None,
+                     release=None) -> int:
     """NCCL's chunk for a tree all-reduce (``enqueue.cc``, ``computeColl`` / chunk sizing,
     v2.20.5-1 and 2.30.7): trees move one FIFO step per chunk (``chunkSteps = 1`` outside
     Simple rings): Simple 512 KiB, LL128 576,000 payload bytes, LL 32 KiB. LL128 halves it
     while a channel has fewer than ``nsteps x 64 / ppn`` chunks (down to 128 KiB) and fewer
     than ``nsteps x 16 / ppn`` (down to 32 KiB), ``nsteps = 1 + log2(nodes) + 0.1 ppn``.
+    NCCL 2.6 to 2.19 (``release``; none: the newest) halve Simple's while a channel has
+    fewer than ``depth x 8`` chunks (down to 128 KiB), ``depth x 4`` (64 KiB) and ``depth``
+    (32 KiB), ``depth = ppn - 1 + log2(nodes)`` (``connect.cc``, "a good approximation").
     ``NCCL_BUFFSIZE`` (``simple_buffer_bytes``) scales Simple's chunk."""
     step = fifo_step_bytes(protocol, simple_buffer_bytes)
     chunk = int(step * PAYLOAD_FRACTION[protocol])
+    first, last = SIMPLE_TREE_CHUNK_RELEASES
+    if protocol == "Simple" and release is not None and first <= release_of(release) < last:
+        depth = int(ranks_per_node) - 1 + int(math.log2(max(1, nodes)))
+        total = int(size_bytes)
+        for times, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while total // (max(1, channels) * chunk) < depth * times and chunk > floor:
+                chunk //= 2
     if protocol == "LL128":
         ppn = max(1.0, float(ranks_per_node))
         nsteps = 1 + int(math.log2(max(1, nodes))) + 0.1 * ppn

@@ -739,7 +739,7 @@ class NcclLibrary:
             # pipeline fill) is NCCL's; MAX_TREE_SEGMENTS bounds the work for huge messages
             segment = tree_chunk = tree_chunk_bytes(
                 c.protocol, int(size_bytes), c.channels, facts.nodes, facts.ranks_per_node,
-                self._simple_buffer(facts))
+                self._simple_buffer(facts), self.release)
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
             chains = (self._tree_chains(graph, gpus, tree_channels, local) if facts.nodes > 1
@@ -750,7 +750,15 @@ class NcclLibrary:
                                        facts.ranks, tuned_channels(
                                            runtime_channels(v, c.channels), size_bytes,
                                            threads, threshold))
-            channel_cap = runtime * self._channel_busbw(facts, c.protocol, "tree") * 1e9
+            one_channel = self._channel_busbw(facts, c.protocol, "tree") * 1e9
+            channel_cap = runtime * one_channel
+            # each tree is one channel, whose thread block copies every chunk between two GPUs
+            # of a machine: one such transfer moves at most the graph search's per-channel
+            # speed (two runtime channels share a search channel's speed only while both use
+            # the link, which channel_cap says), however idle the link. Chunks store and
+            # forward hop by hop (one FIFO step each), so a mid-size call has few transfers on
+            # a link at a time. Across machines the NIC moves them.
+            options["local_flow_cap_bytes_per_s"] = 2 * one_channel
             if chains is not None:
                 options["chains"] = chains
         elif c.algorithm == "collnet_direct":

@@ -33,6 +33,12 @@ import numpy as np
 
 #: Collective names, in the spelling users type.
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall")
+#: The schedule note of a rate cap on transfers inside one machine: ``(cap_bytes_per_s,
+#: local_ranks)``. A transfer between ranks ``a`` and ``b`` with ``a // local_ranks == b //
+#: local_ranks`` moves at most ``cap_bytes_per_s``, whatever its links leave it: the engines
+#: give each such FIFO connection a private resource of that capacity. Set by
+#: :func:`~.double_tree.double_binary_tree` (``local_flow_cap_bytes_per_s``).
+LOCAL_FLOW_CAP_NOTE = "local_flow_cap"
 
 _TRANSFER_FIELDS = ("src", "dst", "src_chunk", "dst_chunk", "nchunks", "reduce", "step",
                     "phase", "channel", "sync")
@@ -195,6 +201,17 @@ class ScheduleBuilder:
                         phase_names=tuple(self.phases), helper_ranks=self.helper_ranks,
                         block_of_chunk=self.block_of_chunk, root=self.root, notes=self.notes,
                         **arrays)
+
+
+def local_flow_caps(notes: dict, src, dst) -> np.ndarray:
+    """The cap of each connection from rank ``src[i]`` to ``dst[i]`` under the schedule's
+    :data:`LOCAL_FLOW_CAP_NOTE` (``inf``: none), bytes/s."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    found = notes.get(LOCAL_FLOW_CAP_NOTE)
+    if found is None:
+        return np.full(len(src), np.inf)
+    cap, local = found
+    return np.where(src // local == dst // local, float(cap), np.inf)
 
 
 def split_bytes(size_bytes: int, parts: int) -> np.ndarray:

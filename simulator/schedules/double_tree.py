@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import Schedule
+from .base import LOCAL_FLOW_CAP_NOTE, Schedule
 from .tree import Tree, btree, from_parent, positive_int, tree_schedule
 
 #: NCCL Simple protocol chunk: DEFAULT_BUFFSIZE 4 MiB / NCCL_STEPS 8 (NVIDIA/nccl src/include).
@@ -107,14 +107,27 @@ def channel_trees(p: int, channels: int = 1, local_ranks: int | None = None,
 
 def double_binary_tree(collective: str, ranks: int, size_bytes: int, segments: int | None = None,
                        segment_bytes: int = DEFAULT_SEGMENT_BYTES, channels: int = 1,
-                       local_ranks: int | None = None, chains=None) -> Schedule:
+                       local_ranks: int | None = None, chains=None,
+                       local_flow_cap_bytes_per_s: float | None = None) -> Schedule:
     """Each channel's two complementary trees carry an equal share of the message.
 
     ``channels`` (default 1: NCCL's two trees) runs the pair on that many channels
     (:func:`channel_trees`); ``local_ranks`` is the ranks per machine they rotate within;
     ``chains`` each channel's order of a machine's GPUs (local indices, head first).
+    ``local_flow_cap_bytes_per_s`` caps every transfer between two ranks of one machine (of
+    ``local_ranks``) at that rate, whatever its links leave it: in NCCL a tree is one channel,
+    and one channel's thread block copies each of its chunks (see
+    :data:`LOCAL_FLOW_CAP_NOTE`).
     """
     trees = channel_trees(ranks, channels, local_ranks, chains)
     if segments is None:
         segments = segments_for(-(-int(size_bytes) // len(trees)), segment_bytes)
-    return tree_schedule(collective, "double_binary_tree", ranks, size_bytes, trees, segments)
+    schedule = tree_schedule(collective, "double_binary_tree", ranks, size_bytes, trees,
+                             segments)
+    if local_flow_cap_bytes_per_s is not None:
+        cap = local_flow_cap_bytes_per_s
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
+            raise ConfigError("option local_flow_cap_bytes_per_s: expected a positive rate "
+                              f"in bytes/s, got {cap!r}")
+        schedule.notes[LOCAL_FLOW_CAP_NOTE] = (float(cap), int(local_ranks or ranks))
+    return schedule

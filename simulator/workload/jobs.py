@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..engine.network import is_private
 from ..engine.runner import Engine
 from ..errors import ConfigError, SimulationError
 from ..schedules import make_schedule
@@ -295,7 +296,7 @@ def _recording_launcher(engine: Engine):
             keys = self.net.keys
             for r in resources:
                 key = keys[r]
-                if key[0] in ("cap", "node"):
+                if is_private(key) or key[0] == "node":
                     continue
                 link = key[2][0] if key[0] == "spread" else key
                 self.link_bytes[link] = self.link_bytes.get(link, 0.0) + nbytes

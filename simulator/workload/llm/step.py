@@ -65,6 +65,7 @@ from dataclasses import dataclass
 import networkx as nx
 import pandas as pd
 
+from ...engine.network import is_private
 from ...engine.runner import Engine, paused_gc
 from ...records import describe_resource
 from ...errors import ConfigError, SimulationError
@@ -748,7 +749,7 @@ def _links(engine: Engine, span_s: float, top: int = 10) -> pd.DataFrame:
     net, graph = engine.network, engine.graph
     rows = []
     for i, key in enumerate(net.keys):
-        if key[0] == "cap":
+        if is_private(key):
             continue
         carried = net.bytes_carried[i]
         if carried <= 0:
