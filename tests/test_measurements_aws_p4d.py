@@ -92,10 +92,7 @@ def test_fitted_message_costs_on_the_p4de_table_and_the_dlami_check():
     _, eager = _errors(P4DE, {"nodes": 2, "gpu": "a100-sxm4-80gb"}, 0, 8193)
     assert abs(eager.mean()) < 1.0 and eager.abs().max() < 10           # fitted: -0.2 %
     _, read = _errors(P4DE, {"nodes": 2, "gpu": "a100-sxm4-80gb"}, 8193, 1 << 20)
-    # fitted: +0.2 %; +1.6 % since a tree's transfers inside a machine move at one channel's
-    # speed (2026-11-27; the 128 KiB - 1 MiB rows, 1 - 12 % too fast before, are now within
-    # 1 %), not refitted
-    assert abs(read.mean()) < 2.0
+    assert abs(read.mean()) < 1.0                                       # fitted: -0.2 %
     result, check = _errors(DLAMI, {"nodes": 2}, 0, 1 << 20)
     assert abs(check.mean()) < 10 and check.abs().mean() < 10           # check: 8.3 / -7.0
     assert set(result["simulated_protocol"]) == {"Simple"}
