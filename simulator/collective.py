@@ -254,6 +254,16 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
     if plan.reduce_compute is not None:
         reduce_compute = reduce_compute and plan.reduce_compute
     algorithm = plan.algorithm
+    # an option the library's plan sets is the library's (NCCL's chunks, channels, caps):
+    # a different value from the user would be dropped silently, so it is an error
+    overridden = [k for k in sorted(options)
+                  if k in plan.options and options[k] != plan.options[k]]
+    if overridden:
+        given = ", ".join(f"{k}={options[k]!r}" for k in overridden)
+        its = ", ".join(f"{k}={plan.options[k]!r}" for k in overridden)
+        raise ConfigError(f"option(s) {given}: the {lib.name} library sets these for "
+                          f"{plan.label} ({its}); drop them, or choose them yourself with "
+                          "library ideal")
     options = {**options, **plan.options}
     options = default_options(graph, algorithm, n, options)
     servers = int(options.get("servers", 1)) if algorithm == "ps" else 0

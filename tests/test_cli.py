@@ -156,6 +156,39 @@ def test_algorithm_options_reach_the_algorithm(capsys):
     assert code == 2 and "segments" in err
 
 
+def test_rate_options_take_units(capsys):
+    """``--option KEY_bytes_per_s=...`` reads a bandwidth with its unit: 16 Gbps is 2 GB/s is
+    2e9; a cap on every transfer inside the machine slows the call; a bad rate is one line."""
+    def time_with(*opts):
+        code, out, err = run_cli(capsys, "collective", "--topology", "dgx-a100", "--library",
+                                 "ideal", "--algorithm", "double_binary_tree", "--size",
+                                 "64MiB", "--format", "json", *opts)
+        assert code == 0, err
+        return json.loads(out)[0]["time_s"]
+
+    capped = {time_with("--option", f"local_flow_cap_bytes_per_s={v}")
+              for v in ("16 Gbps", "2 GB/s", "2e9")}
+    assert len(capped) == 1 and capped.pop() > 1.2 * time_with()
+    code, out, err = run_cli(capsys, "collective", "--topology", "star", "--algorithm",
+                             "double_binary_tree", "--size", "1MiB", "--option",
+                             "local_flow_cap_bytes_per_s=fast")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--option local_flow_cap_bytes_per_s" in err and "GB/s" in err
+
+
+def test_an_option_the_library_sets_is_an_error_not_dropped(capsys):
+    """NCCL's plan sets a tree's segments (its chunks): a user's different value used to be
+    dropped silently; it is one line naming both values. The same option with library ideal
+    reaches the algorithm."""
+    args = ("collective", "--topology", "dgx-a100", "--algorithm", "double_binary_tree",
+            "--size", "4MiB", "--option", "segments=3")
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "segments=3" in err and "nccl library" in err and "ideal" in err
+    code, out, err = run_cli(capsys, *args, "--library", "ideal")
+    assert code == 0, err
+
+
 def test_time_budget_stops_a_long_run_with_one_line(capsys):
     code, out, err = run_cli(capsys, "--time-budget", "0", "collective", "--topology", "star",
                              "--param", "hosts=64", "--algorithm", "double_binary_tree",

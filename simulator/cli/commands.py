@@ -22,7 +22,7 @@ from .. import __version__
 from ..errors import ClusterSimError, ConfigError
 from .args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
                        library_args)
-from ..units import format_bandwidth, format_size, parse_size
+from ..units import format_bandwidth, format_size, parse_bandwidth, parse_size
 
 EXIT_USAGE = 2
 
@@ -90,6 +90,8 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
     for key, text in _params(pairs).items():
         if key.endswith("_bytes"):
             values[key] = parse_size(text, what=f"--option {key}")
+        elif key.endswith("_bytes_per_s"):
+            values[key] = parse_bandwidth(text, what=f"--option {key}")
         else:
             try:
                 values[key] = yaml.safe_load(text)
