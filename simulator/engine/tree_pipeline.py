@@ -168,8 +168,8 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     start_order[local] = np.arange(len(local))
     n_conn, n_res = len(conn_tree), len(caps)
     if capped:
-        # a private resource per connection, of its cap (inf where it has none), as the
-        # event engine adds one to each capped connection's path
+        # each capped connection gets a resource of its own, of its cap, as the event engine
+        # adds one to each capped connection's path; a connection is then its own path
         flow_caps = flow_caps[local]
         own = np.flatnonzero(np.isfinite(flow_caps))
         private = np.full(n_conn, -1, dtype=np.int64)
