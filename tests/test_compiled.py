@@ -119,3 +119,19 @@ def test_zero_byte_transfers_and_colocated_ranks():
     nodes = placement(graph, 4) + placement(graph, 2)   # ranks 4, 5 share hosts 0, 1
     fast, run = assert_equal_to_engine(sched, graph, nodes)
     assert np.isfinite(fast.time_s) and run.time_s > 0
+
+
+@pytest.mark.parametrize("slices", [1, 4])
+def test_connections_with_their_own_caps(slices):
+    """A double binary tree on two DGX A100s with every transfer inside a machine capped
+    (schedules.base.LOCAL_FLOW_CAP_NOTE): the compiled events equal the event engine, the cap
+    slows the call, and the private resources stay out of the link table."""
+    graph = load_topology("dgx-a100", {"nodes": "2"})
+    opts = {"channels": 4, "local_ranks": 8, "segments": 2}
+    free = make_schedule("double_binary_tree", "allreduce", 16, 8 << 20, slices=slices, **opts)
+    capped = make_schedule("double_binary_tree", "allreduce", 16, 8 << 20, slices=slices,
+                           local_flow_cap_bytes_per_s=5e9, **opts)
+    nodes = placement(graph, 16)
+    fast, run = assert_equal_to_engine(capped, graph, nodes)
+    assert all(key[0] != "cap" for key, _cap, _b in fast.links)
+    assert fast.time_s > 1.5 * compiled_time(free, graph, nodes).time_s

@@ -338,3 +338,38 @@ def placed(graph: nx.DiGraph, nodes: list, src: np.ndarray, dst: np.ndarray,
             rank_device, rank_rate)
 
 
+
+
+def with_connection_caps(path_of: np.ndarray, res_ptr: np.ndarray, res_idx: np.ndarray,
+                         latency: np.ndarray, caps: np.ndarray, conn_caps: np.ndarray):
+    """The routes of :func:`placed` with each connection's own cap (``conn_caps``, ``inf``:
+    none; see :data:`simulator.schedules.base.LOCAL_FLOW_CAP_NOTE`), as the event engine
+    builds them: a capped connection gets a path of its own, its route plus a resource only
+    it crosses, of its cap; the others keep their shared paths.
+
+    Returns ``(path_of, res_ptr, res_idx, latency, caps)``: the shared paths keep their order,
+    the capped connections' paths follow in connection order (shared paths no connection uses
+    any more are dropped), and the private resources follow the links (``len(caps)`` on entry
+    is the link count)."""
+    own = np.isfinite(conn_caps)
+    if not own.any():
+        return path_of, res_ptr, res_idx, latency, caps
+    n_links = len(caps)
+    # a key per connection's path: its shared path, or (for a capped one) itself
+    key = np.where(own, len(res_ptr) - 1 + np.arange(len(path_of)), path_of)
+    _, first, new_of = np.unique(key, return_index=True, return_inverse=True)
+    route_of = path_of[first]                    # each new path's original route
+    private = np.full(len(first), -1, dtype=np.int64)
+    capped_paths = np.flatnonzero(own[first])
+    private[capped_paths] = n_links + np.arange(len(capped_paths))
+    lengths = np.diff(res_ptr)[route_of] + (private >= 0)
+    new_ptr = np.zeros(len(first) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_ptr[1:])
+    new_idx = np.empty(new_ptr[-1], dtype=res_idx.dtype)
+    for q, route in enumerate(route_of):
+        links = res_idx[res_ptr[route]:res_ptr[route + 1]]
+        new_idx[new_ptr[q]:new_ptr[q] + len(links)] = links
+        if private[q] >= 0:
+            new_idx[new_ptr[q + 1] - 1] = private[q]
+    caps = np.concatenate([caps, np.asarray(conn_caps, dtype=float)[first[capped_paths]]])
+    return new_of.astype(np.int64), new_ptr, new_idx, latency[route_of], caps

@@ -27,10 +27,10 @@ import math
 import networkx as nx
 import numpy as np
 
-from ..schedules.base import Schedule
+from ..schedules.base import Schedule, local_flow_caps
 from ..schedules.deps import dependencies, epochs
 from .common import (FastResult, _reduce_totals, drop_stale_kernel_caches, interrupts_deferred,
-                     numba_available, placed)
+                     numba_available, placed, with_connection_caps)
 
 METHOD = "compiled-events"
 
@@ -119,6 +119,10 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     from ._schedule_kernel import simulate_schedule
 
     caps = paths.caps()
+    n_links = len(caps)
+    path_of, res_ptr, res_idx, latency, caps = with_connection_caps(
+        path_of, res_ptr, res_idx, latency, caps,
+        local_flow_caps(schedule.notes, schedule.src[heads], schedule.dst[heads]))
     with interrupts_deferred():
         time_s, carried, _dev_s, solves, _t_done = simulate_schedule(
             conn_ptr, members, conn_of, path_of, res_ptr, res_idx, latency,
@@ -128,6 +132,6 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
         return FastResult(math.nan, False, "the compiled simulation made no progress (a "
                           "dependency never arrived)", METHOD)
     return FastResult(float(time_s), True, "", METHOD, steps=int(schedule.step.max()) + 1,
-                      solves=int(solves), links=paths.table(carried),
+                      solves=int(solves), links=paths.table(carried[:n_links]),
                       bytes_sent=float(nbytes.sum()),
                       reduce_s=_reduce_totals(nodes, dst, reduce_s))

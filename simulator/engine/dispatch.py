@@ -138,8 +138,8 @@ def _tree_run(call: Call) -> FastResult:
 
 def _uncapped(call: Call) -> str | None:
     """Why a step method cannot time the call: its connections carry their own rate caps
-    (:data:`~simulator.schedules.base.LOCAL_FLOW_CAP_NOTE`), which only the event engine and
-    the tree pipeline model."""
+    (:data:`~simulator.schedules.base.LOCAL_FLOW_CAP_NOTE`), which the event engine and the
+    compiled methods (tree pipeline, compiled events) model."""
     if (call.options.get("local_flow_cap_bytes_per_s") is not None
             or (call.schedule is not None and LOCAL_FLOW_CAP_NOTE in call.schedule.notes)):
         return "connections with their own rate caps (local_flow_cap_bytes_per_s)"
@@ -172,7 +172,7 @@ METHODS = (
     Method("ring", _ring_applies, _ring_run),
     Method("tree-pipeline", _tree_applies, _tree_run),
     Method("aligned-steps", _single_slice, _aligned_run),
-    Method("compiled", _uncapped, _compiled_run),
+    Method("compiled", lambda call: None, _compiled_run),
     Method("step-sync", _single_slice, _step_sync_run),
 )
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from ..schedules.base import LOCAL_FLOW_CAP_NOTE, local_flow_caps, split_bytes
 from .common import (FastResult, drop_stale_kernel_caches, interrupts_deferred, numba_available,
-                     placed)
+                     placed, with_connection_caps)
 
 #: Algorithms this module times (their schedules come from ``schedules.tree.tree_schedule``).
 TREE_ALGORITHMS = ("tree", "double_binary_tree")
@@ -168,23 +168,8 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     start_order[local] = np.arange(len(local))
     n_conn, n_res = len(conn_tree), len(caps)
     if capped:
-        # each capped connection gets a resource of its own, of its cap, as the event engine
-        # adds one to each capped connection's path; a connection is then its own path
-        flow_caps = flow_caps[local]
-        own = np.flatnonzero(np.isfinite(flow_caps))
-        private = np.full(n_conn, -1, dtype=np.int64)
-        private[own] = n_res + np.arange(len(own))
-        conn_ptr = np.zeros(n_conn + 1, dtype=np.int64)
-        np.cumsum(np.diff(res_ptr)[path_of] + (private >= 0), out=conn_ptr[1:])
-        conn_idx = np.empty(conn_ptr[-1], dtype=res_idx.dtype)
-        for c in range(n_conn):
-            route = res_idx[res_ptr[path_of[c]]:res_ptr[path_of[c] + 1]]
-            conn_idx[conn_ptr[c]:conn_ptr[c] + len(route)] = route
-            if private[c] >= 0:
-                conn_idx[conn_ptr[c + 1] - 1] = private[c]
-        caps = np.concatenate([caps, flow_caps[own]])
-        latency = latency[path_of]
-        res_ptr, res_idx, path_of = conn_ptr, conn_idx, np.arange(n_conn, dtype=np.int64)
+        path_of, res_ptr, res_idx, latency, caps = with_connection_caps(
+            path_of, res_ptr, res_idx, latency, caps, flow_caps[local])
         n_res = len(caps)
 
     kernel = _kernel()
