@@ -195,3 +195,25 @@ def test_local_flow_cap_rejects_bad_values(bad):
     with pytest.raises(ConfigError, match="local_flow_cap_bytes_per_s"):
         make_schedule("double_binary_tree", "allreduce", 8, 1 << 20,
                       local_flow_cap_bytes_per_s=bad)
+
+
+@pytest.mark.parametrize("p,local", [(8, 4), (16, 8), (12, 4), (10, 4)])
+def test_local_flow_cap_on_stars_of_several_shapes(p, local):
+    """Capped connections on stars of whole and partial machines (10 ranks, 4 a machine: the
+    last machine has 2): time and bytes per link are the event engine's, with the mirror
+    quotient allowed or not, and the cap slows the call."""
+    graph = star(p)
+    opts = {"channels": 2, "local_ranks": local, "segments": 3,
+            "local_flow_cap_bytes_per_s": 4e9}
+    event, fast = both(graph, "allreduce", "double_binary_tree", 24 << 20, p, **opts)
+    assert math.isclose(fast.time_s, event.row["time_s"], rel_tol=1e-9)
+    whole = tree_pipeline_time(graph, placement(graph, p), "allreduce", "double_binary_tree",
+                               24 << 20, p, default_options(graph, "double_binary_tree", p,
+                                                            {**opts, "mirror": False}))
+    assert whole.time_s == fast.time_s
+    carried = {key: b for key, _cap, b in fast.links}
+    for key, _cap, b, _busy in event.engine.network.link_table():
+        assert math.isclose(carried.get(key, 0.0), b, rel_tol=1e-9, abs_tol=1e-6), key
+    free = run_collective(graph, "allreduce", "double_binary_tree", 24 << 20, gpus=p,
+                          **{k: v for k, v in opts.items() if k != "local_flow_cap_bytes_per_s"})
+    assert event.row["time_s"] > 1.15 * free.row["time_s"]
