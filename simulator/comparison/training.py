@@ -404,8 +404,6 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
     return frame
 
 
-
-
 def _datasets(measured: pd.DataFrame) -> dict:
     """Row index -> the ``dataset`` cell of a public ``train_*.csv`` table (``ImageNet
     (synthetic data)``, ``ImageNet (real data)``), read back from the file by line: the
