@@ -86,6 +86,43 @@ def test_a_bigger_gpu_in_the_row_changes_the_answer(tmp_path):
     assert h100["simulated"].iloc[0] > 1.5 * a100["simulated"].iloc[0]
 
 
+def test_a_gpu_family_in_the_row_picks_that_family(tmp_path):
+    # Megatron-LM's 2020 README writes "V100 (DGX-2)" and "A100 (DGX-A100)", no exact preset
+    row = ("a,M20,GPT-2 1B,24,1920,15,,51200,1024,1,{gpu},1,1,1,8,8,mixed16,full,71.9,")
+    points = {gpu: compare_llm(read_llm_table(_write(tmp_path, row.format(gpu=gpu))),
+                               "dgx-a100-2node").iloc[0]
+              for gpu in ("V100 (DGX-2; variant not stated)", "V100-SXM2-32GB",
+                          "A100 (DGX-A100; 40/80GB not stated)", "A100-SXM4-40GB",
+                          "TPU v4")}
+    v100, a100 = points["V100 (DGX-2; variant not stated)"], points["A100-SXM4-40GB"]
+    # a V100 row runs on a V100, not on the preset's A100, and says so
+    assert v100["simulated"] == pytest.approx(points["V100-SXM2-32GB"]["simulated"], rel=1e-12)
+    assert v100["simulated"] < 0.6 * a100["simulated"]
+    assert "gpu=v100-sxm2-32gb" in v100["assumed"]
+    # a family the preset's own GPU belongs to keeps the preset's variant, silently
+    family = points["A100 (DGX-A100; 40/80GB not stated)"]
+    assert family["simulated"] == pytest.approx(a100["simulated"], rel=1e-12)
+    assert "gpu=" not in family["assumed"]
+    # a GPU the registry does not know: the preset's, noted
+    assert points["TPU v4"]["simulated"] == pytest.approx(a100["simulated"], rel=1e-12)
+    assert "gpu=a100-sxm4-40gb" in points["TPU v4"]["assumed"]
+    assert "TPU v4" in points["TPU v4"]["assumed"]
+
+
+def test_the_words_of_the_row_choose_the_variant_and_the_user_overrides(tmp_path):
+    row = ("a,X,GPT-2 1B,24,1920,15,,51200,1024,1,{gpu},1,1,1,8,8,mixed16,full,71.9,")
+    path = _write(tmp_path, row.format(gpu="A100 80GB"))
+    on_h100 = compare_llm(read_llm_table(path), "hgx-h100").iloc[0]
+    assert "gpu=a100-sxm4-80gb" in on_h100["assumed"]          # "80GB" picks the variant
+    exact = compare_llm(read_llm_table(_write(tmp_path, row.format(gpu="A100-SXM4-80GB"))),
+                        "hgx-h100").iloc[0]
+    assert on_h100["simulated"] == pytest.approx(exact["simulated"], rel=1e-12)
+    # --param gpu=... is the user's word: no guess, no note
+    forced = compare_llm(read_llm_table(path), "hgx-h100", {"gpu": "h100-sxm5-80gb"}).iloc[0]
+    assert "gpu=" not in forced["assumed"]
+    assert forced["simulated"] > 1.5 * on_h100["simulated"]
+
+
 def test_cli_compare_on_an_llm_table_writes_one_row_per_measured_row(tmp_path, capsys):
     path = _write(tmp_path,
                   "a,SC21,GPT 1.7B,24,2304,24,,51200,2048,32,A100-SXM4-80GB,1,1,32,,512,mixed16,"

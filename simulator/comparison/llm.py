@@ -3,9 +3,9 @@
 Each row of an LLM table (:mod:`simulator.measure.llm_table`) names a model, a GPU count and a
 layout; it is simulated as one step (:func:`simulator.workload.llm.step.simulate_step`) on the
 given preset's machine, the cluster sized to the row's GPU count (``nodes = gpus / GPUs per
-machine``; a row's ``gpu_model`` naming a device preset replaces the preset's GPU). What the row
-states is used as it is; what it leaves blank takes the defaults below, and every default taken
-is listed in the row's ``assumed`` column so the comparison says what it guessed:
+machine``; a row's ``gpu_model`` naming a device preset or its family replaces the preset's
+GPU, see :func:`_device_of`). What the row states is used as it is; what it leaves blank takes
+the defaults below, and every default taken is listed in the row's ``assumed`` column so the comparison says what it guessed:
 
 * ``pp``, ``cp``, ``ep``, ``virtual_stages``: 1; ``dp``: gpus / (tp x cp x pp);
   ``zero_stage``: 0; ``micro_batch``: without a pipeline the largest that divides the batch of
@@ -206,19 +206,41 @@ def _largest_micro_batch(model, layout, graph):
     return layout
 
 
-def _device_of(row):
-    """The device preset the row's ``gpu_model`` names exactly (case and separators aside),
-    else None (the preset's GPU)."""
+def _family(device_name: str) -> str:
+    """A device's family, the token a table writes for it: ``v100`` for ``v100-sxm3-32gb``,
+    ``4090`` for ``rtx-4090``."""
+    tokens = device_name.split("-")
+    return tokens[1] if tokens[0] == "rtx" else tokens[0]
+
+
+def _device_of(row, preset_device: str | None = None):
+    """``(device, note)``: the device preset that runs the row, from its ``gpu_model``.
+
+    * The text names a preset exactly (case and separators aside): that preset.
+    * It names a family (``V100 (DGX-2)``, ``A100 80GB``): the preset's own GPU when it is of
+      that family (the variant the user chose); otherwise the family's preset sharing the most
+      words with the text, then the largest memory (a layout that ran fitted in its GPU), noted.
+    * It names no known GPU, or is blank: the preset's GPU (``None``), noted when not blank.
+    """
     from ..topology.devices import DEVICES
 
     text = _cell(row, "gpu_model")
     if text is None:
-        return None
+        return None, None
     key = re.sub(r"[^a-z0-9]", "", str(text).lower())
     for name in DEVICES:
         if re.sub(r"[^a-z0-9]", "", name) == key:
-            return name
-    return None
+            return name, None
+    words = set(re.findall(r"[a-z0-9]+", str(text).lower()))
+    family = [name for name, device in DEVICES.items()
+              if device.kind == "gpu" and _family(name) in words]
+    if not family:
+        return None, f"gpu={preset_device} (the row's {str(text)!r} names no GPU preset)"
+    if preset_device in family:
+        return None, None
+    best = max(family, key=lambda name: (len(words & set(name.split("-"))),
+                                         DEVICES[name].memory_bytes))
+    return best, f"gpu={best}"
 
 
 def _model_of(row):
@@ -230,23 +252,31 @@ def _model_of(row):
     return get_llm_model(str(row["model"]).strip())
 
 
-def _graph_for(topology: str, params: dict, gpus: int, device, cache: dict):
-    """The preset's machine, as many as ``gpus`` needs (``nodes``), cached per shape."""
+def _preset_shape(topology: str, params: dict, cache: dict) -> tuple[int, str | None]:
+    """``(GPUs per machine, GPU device)`` of the preset as the user gave it, cached."""
     from ..topology import endpoints, load_topology
 
-    base_key = (topology, tuple(sorted(params.items())))
+    base_key = ("shape", topology, tuple(sorted(params.items())))
     if base_key not in cache:
         one = load_topology(topology, {**params, "nodes": "1"} if "nodes" not in params
                             else params)
-        cache[base_key] = len(endpoints(one))
-    per_node = cache[base_key]
+        ends = endpoints(one)
+        cache[base_key] = (len(ends), one.nodes[ends[0]].get("device") if ends else None)
+    return cache[base_key]
+
+
+def _graph_for(topology: str, params: dict, gpus: int, device, cache: dict):
+    """The preset's machine, as many as ``gpus`` needs (``nodes``), cached per shape."""
+    from ..topology import load_topology
+
+    per_node, _ = _preset_shape(topology, params, cache)
     nodes = max(1, math.ceil(gpus / per_node))
     overrides = {**params}
     if "nodes" not in params:
         overrides["nodes"] = str(nodes)
     if device is not None and "gpu" not in params:
         overrides["gpu"] = device
-    key = (topology, tuple(sorted(overrides.items())))
+    key = ("graph", topology, tuple(sorted(overrides.items())))
     if key not in cache:
         cache[key] = load_topology(topology, overrides)
     return cache[key]
@@ -282,7 +312,9 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
                                   f"{layout.dp} = {layout.gpus}, not the row's {base['gpus']} "
                                   f"GPUs")
             model = _model_of(row)
-            graph = _graph_for(topology, params, layout.gpus, _device_of(row), cache)
+            device, note = _device_of(row, _preset_shape(topology, params, cache)[1])
+            assumed += [note] if note and "gpu" not in params else []
+            graph = _graph_for(topology, params, layout.gpus, device, cache)
             if _cell(row, "micro_batch") is None:
                 layout = _largest_micro_batch(model, layout, graph)
                 base.update(micro_batch=layout.micro_batch)
