@@ -5,7 +5,8 @@ layout; it is simulated as one step (:func:`simulator.workload.llm.step.simulate
 given preset's machine, the cluster sized to the row's GPU count (``nodes = gpus / GPUs per
 machine``; a row's ``gpu_model`` naming a device preset or its family replaces the preset's
 GPU, see :func:`_device_of`). What the row states is used as it is; what it leaves blank takes
-the defaults below, and every default taken is listed in the row's ``assumed`` column so the comparison says what it guessed:
+the defaults below, and every default taken is listed in the row's ``assumed`` column so the
+comparison says what it guessed:
 
 * ``pp``, ``cp``, ``ep``, ``virtual_stages``: 1; ``dp``: gpus / (tp x cp x pp);
   ``zero_stage``: 0; ``micro_batch``: without a pipeline the largest that divides the batch of
