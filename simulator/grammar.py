@@ -104,8 +104,27 @@ def _throughput(value):
     return parse_throughput(value)
 
 
+def _sweep(value):
+    """A ``sizes`` value: a size, or a list of them, where any string may be a comma list or
+    an nccl-tests range (``8B:8GiB``, ``8B:8GiB:x4``, :func:`simulator.units.parse_sizes`)."""
+    from .units import parse_sizes
+    listed_value = isinstance(value, list)
+    items = []
+    for index, item in enumerate(value if listed_value else [value]):
+        if not (isinstance(item, str) and ("," in item or ":" in item)):
+            items.append(item)          # one size: its own check names its index
+            continue
+        try:
+            items += parse_sizes(item)
+        except ClusterSimError as exc:     # a UnitError: say which item
+            raise Invalid(str(exc), *((index,) if listed_value else ())) from None
+    return items
+
+
 Count = Annotated[int, Field(ge=1)]
 Size = quantity(_size, "size")
+Sizes = Annotated[list[Size], Field(min_length=1),
+                  BeforeValidator(_sweep, json_schema_input_type=Union[Size, list[Size]])]
 Throughput = quantity(_throughput, "throughput")
 Duration = quantity(_duration, "duration")
 Model = one_of(_models)
@@ -204,7 +223,8 @@ class CollectiveSection(Section):
     collective: one_of(_collectives) = "allreduce"
     algorithms: listed(Annotated[str, PlainValidator(_algorithm_name,
                                                      json_schema_input_type=str)]) = ["ring"]
-    sizes: listed(Size) = Field(description="bytes, e.g. [64KiB, 1GiB]")
+    sizes: Sizes = Field(description="bytes, e.g. [64KiB, 1GiB], or an nccl-tests range "
+                                     "8B:8GiB (x2), 8B:8GiB:x4, 1MiB:8MiB:+1MiB")
     gpus: listed(Count) | None = Field(None, description="default: every endpoint")
     slices: Count = 1
     ps: CollectivePs = Field(default_factory=CollectivePs)

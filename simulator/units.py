@@ -39,7 +39,7 @@ from simulator.errors import UnitError
 
 __all__ = [
     "UNITS_TABLE", "Unit", "describe_units",
-    "parse_size", "parse_duration", "parse_bandwidth", "parse_rate",
+    "parse_size", "parse_sizes", "parse_duration", "parse_bandwidth", "parse_rate",
     "format_size", "format_duration", "format_bandwidth",
 ]
 
@@ -170,6 +170,72 @@ def parse_size(value, *, what: str | None = None) -> int:
     if exact > MAX_SIZE_BYTES:
         raise _error("size", value, "too large: sizes go from 0 to 4 EiB (2^62 bytes)", what)
     return int(exact)
+
+
+#: Most sizes one :func:`parse_sizes` text may stand for (``1B:4GiB:+1B`` would be 4 billion).
+MAX_SWEEP_SIZES = 4096
+
+_STEP = re.compile(r"\s*([x*+])\s*(.+?)\s*")
+
+
+def _sweep_error(value, reason: str, what: str | None) -> UnitError:
+    head = f"{what}: " if what else ""
+    return UnitError(f"{head}cannot read sizes {value!r}: {reason}; write one size (64MiB), a "
+                     f"comma list (1MiB,16MiB) or a range as nccl-tests sweeps: 8B:8GiB "
+                     f"(doubling, -f 2), 8B:8GiB:x4 (-f 4), 1MiB:8MiB:+1MiB (-i 1MiB)")
+
+
+def _size_range(part: str, value, what: str | None) -> list[int]:
+    """The sizes of one ``BEGIN:END[:STEP]`` range, ``END`` included when a step lands on it
+    (nccl-tests' loop: ``for (size = min; size <= max; size = f > 1 ? size * f : size + i)``)."""
+    fields = part.split(":")
+    if len(fields) not in (2, 3):
+        raise _sweep_error(value, f"{part!r} has {len(fields) - 1} colons, a range has 1 or 2",
+                           what)
+    begin, end = (parse_size(f.strip(), what=what) for f in fields[:2])
+    if begin > end:
+        raise _sweep_error(value, f"the range starts above its end ({begin} > {end} bytes)",
+                           what)
+    match = _STEP.fullmatch(fields[2]) if len(fields) == 3 else None
+    if len(fields) == 3 and match is None:
+        raise _sweep_error(value, f"step {fields[2]!r} is neither xF (multiply) nor +SIZE (add)",
+                           what)
+    sign, amount = match.groups() if match else ("x", "2")
+    if sign in "x*":
+        if not amount.isdigit() or int(amount) < 2:
+            raise _sweep_error(value, f"factor {amount!r} must be a whole number >= 2", what)
+        factor, increment = int(amount), 0
+        if begin == 0:
+            raise _sweep_error(value, "a multiplying range cannot start at 0 bytes", what)
+    else:
+        factor, increment = 1, parse_size(amount, what=what)
+        if increment == 0:
+            raise _sweep_error(value, "an adding step must be above 0 bytes", what)
+    sizes, size = [], begin
+    while size <= end:
+        sizes.append(size)
+        if len(sizes) > MAX_SWEEP_SIZES:
+            raise _sweep_error(value, f"more than {MAX_SWEEP_SIZES} sizes", what)
+        size = size * factor if factor > 1 else size + increment
+    return sizes
+
+
+def parse_sizes(value, *, what: str | None = None) -> list[int]:
+    """Sizes in bytes from one size (``"64MiB"``), a comma list (``"1MiB,16MiB"``) or ranges
+    as nccl-tests sweeps them: ``"8B:8GiB"`` doubles from 8 B to 8 GiB (``-b 8 -e 8G -f 2``),
+    ``"8B:8GiB:x4"`` multiplies by 4 (``-f 4``), ``"1MiB:8MiB:+1MiB"`` adds 1 MiB (``-i``).
+    Parts of a comma list may be ranges; order is kept, at most :data:`MAX_SWEEP_SIZES`."""
+    if not isinstance(value, str) or ("," not in value and ":" not in value):
+        return [parse_size(value, what=what)]
+    sizes = []
+    for part in value.split(","):
+        if not part.strip():
+            raise _sweep_error(value, "an empty item", what)
+        sizes += (_size_range(part, value, what) if ":" in part
+                  else [parse_size(part.strip(), what=what)])
+        if len(sizes) > MAX_SWEEP_SIZES:
+            raise _sweep_error(value, f"more than {MAX_SWEEP_SIZES} sizes", what)
+    return sizes
 
 
 def parse_duration(value, *, what: str | None = None) -> float:

@@ -35,6 +35,16 @@ def test_json_rows_match_ring_closed_form(capsys):
         assert math.isclose(r["busbw_GBps"], algbw * 2 * 63 / 64, rel_tol=1e-12)
 
 
+def test_a_size_range_gives_one_row_per_size_in_order(capsys):
+    code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=8",
+                           "--size", "1KiB:16KiB:x4", "--size", "3MiB,1MiB", "--format", "json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["size_bytes"] for r in rows] == [1024, 4096, 16384, 3 << 20, 1 << 20]
+    times = [r["time_s"] for r in rows]
+    assert times[0] < times[1] < times[2] < times[4] < times[3]
+
+
 def test_gpus_selects_first_n(capsys):
     code, out, _ = run_cli(capsys, "collective", "--topology", "star", "--param", "hosts=16",
                            "--gpus", "4", "--size", "1MiB", "--format", "csv")
@@ -53,6 +63,8 @@ def test_gpus_selects_first_n(capsys):
     (["--size", "1MiB", "--collective", "scan"], "valid:"),
     (["--size", "1MiB", "--gpus", "99"], "99"),
     (["--size", "1MiB", "--slices", "0"], "slices"),
+    (["--size", "8GiB:8B"], "starts above its end"),
+    (["--size", "8B:8GiB:x1"], "whole number >= 2"),
 ])
 def test_user_mistakes_exit_2_with_one_line(capsys, argv, fragment):
     code, out, err = run_cli(capsys, "collective", "--topology", "star", *argv)

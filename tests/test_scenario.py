@@ -43,6 +43,8 @@ def test_good_scenario_runs_and_answers_change_with_inputs():
      "collective.collective: expected one of"),
     (("name: tiny", "name: tiny\nname: again"), "duplicate key 'name'"),
     (("seed: 3", "seed: [3"), "invalid YAML"),
+    (("  sizes: [1MiB, 8MiB]", "  sizes: [1MiB, '8MiB:1MiB']"),
+     "tiny.yaml:9: collective.sizes.1: cannot read sizes '8MiB:1MiB'"),
 ])
 def test_bad_scenarios_name_file_line_and_key(mutation, fragment):
     text = GOOD.replace(*mutation)
@@ -51,6 +53,15 @@ def test_bad_scenarios_name_file_line_and_key(mutation, fragment):
         scenario = read_scenario(text, "tiny.yaml")
         run_scenario(scenario)
     assert fragment in str(err.value)
+
+
+def test_sizes_take_nccl_tests_ranges():
+    ranged = read_scenario(GOOD.replace("[1MiB, 8MiB]", "['1MiB:8MiB', 64KiB]"), "tiny.yaml")
+    assert ranged.collective.sizes_bytes == (2**20, 2 * 2**20, 4 * 2**20, 8 * 2**20, 64 << 10)
+    frame = run_scenario(ranged)
+    assert len(frame) == 5 * 2 * 2
+    ring = frame[(frame["algorithm"] == "ring") & (frame["gpus"] == 8)]
+    assert ring.sort_values("size_bytes")["time_s"].is_monotonic_increasing
 
 
 def test_run_command_writes_outputs(tmp_path, capsys):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from simulator.errors import ClusterSimError, UnitError
 from simulator.units import (
     UNITS_TABLE, describe_units, format_bandwidth, format_duration, format_size,
-    parse_bandwidth, parse_duration, parse_rate, parse_size,
+    parse_bandwidth, parse_duration, parse_rate, parse_size, parse_sizes,
 )
 
 GOOD = [
@@ -238,3 +238,46 @@ def test_bits_are_one_eighth_of_bytes(x):
     bits = parse_bandwidth(f"{x!r} Gbps")
     byte_rate = parse_bandwidth(f"{x!r} GB/s")
     assert math.isclose(bits * 8, byte_rate, rel_tol=1e-15)
+
+
+# -- size sweeps (nccl-tests' -b/-e/-f/-i) --------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("64MiB", [64 * 2**20]),
+    (512, [512]),
+    ("8B:128B", [8, 16, 32, 64, 128]),                       # -b 8 -e 128 -f 2
+    ("8B:100B", [8, 16, 32, 64]),                            # the end only when a step lands on it
+    ("1KiB:64KiB:x4", [1024, 4096, 16384, 65536]),
+    ("1MiB:3MiB:+1MiB", [2**20, 2 * 2**20, 3 * 2**20]),      # -i 1M
+    ("0:2B:+1B", [0, 1, 2]),
+    ("1KiB, 8B:16B", [1024, 8, 16]),                         # a list keeps its order
+])
+def test_parse_sizes_expands_like_nccl_tests(text, expected):
+    assert parse_sizes(text) == expected
+
+
+def test_a_doubling_sweep_has_the_count_nccl_tests_prints():
+    sizes = parse_sizes("8B:8GiB")
+    assert len(sizes) == 31 and sizes[-1] == 8 * 2**30      # 8 B ... 8 GiB: 31 rows
+    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("8GiB:8B", "starts above its end"),
+    ("8B:8GiB:x1", "whole number >= 2"),
+    ("8B:8GiB:x2.5", "whole number >= 2"),
+    ("8B:8GiB:y3", "neither xF"),
+    ("0:8B", "cannot start at 0"),
+    ("1MiB:2MiB:+0", "above 0 bytes"),
+    ("1:2:3:4", "3 colons"),
+    ("1B:4GiB:+1B", "more than 4096"),
+    ("1KiB,,2KiB", "empty item"),
+    ("1XB:2MiB", "unknown unit 'XB'"),
+])
+def test_parse_sizes_refuses_with_the_reason_and_the_grammar(text, fragment):
+    with pytest.raises(UnitError) as err:
+        parse_sizes(text, what="--size")
+    message = str(err.value)
+    assert message.startswith("--size: ") and fragment in message
+    if "XB" not in text:
+        assert "8B:8GiB:x4" in message                      # the accepted forms are listed

@@ -22,7 +22,7 @@ from .. import __version__
 from ..errors import ClusterSimError, ConfigError
 from .args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
                        library_args)
-from ..units import format_bandwidth, format_size, parse_bandwidth, parse_size
+from ..units import format_bandwidth, format_size, parse_bandwidth, parse_size, parse_sizes
 
 EXIT_USAGE = 2
 
@@ -146,7 +146,7 @@ def cmd_collective(args) -> int:
         from ..guard import check_gpus
 
         check_gpus(graph, args.gpus)
-    sizes = [parse_size(s, what="--size") for s in args.size]
+    sizes = [size for text in args.size for size in parse_sizes(text, what="--size")]
     if args.slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {args.slices}")
     algorithms = _algorithms(args.algorithm, args.collective)
@@ -560,7 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--algorithm", default="ring",
                    help="a registered name, a comma-separated list, 'all' or 'auto'")
     c.add_argument("--size", action="append", required=True,
-                   help="message size with unit, e.g. 64MiB (repeatable)")
+                   help="message size with unit, e.g. 64MiB; a list 1MiB,16MiB; or a range "
+                        "as nccl-tests sweeps: 8B:8GiB (doubling, -f 2), 8B:8GiB:x4, "
+                        "1MiB:8MiB:+1MiB (repeatable)")
     c.add_argument("--slices", type=int, default=1,
                    help="FIFO slices per transfer; 1 (default) = step-synchronous alpha-beta; "
                         "K > 1 pipelines each step")
