@@ -176,9 +176,13 @@ def test_malformed_logs_name_file_and_line(tmp_path):
     path = tmp_path / "results.log"
     path.write_text((LOGS / "all_reduce_perf_old.log").read_text())
     with pytest.raises(ConfigError, match="cannot tell which collective"):
-        parse_nccl_tests_log(path)
+        parse_nccl_tests_log(path, gpus=3)          # 2(n-1)/n on 8 ranks fits nothing on 3
     assert set(parse_nccl_tests_log(path, collective="all_reduce")["collective"]) == \
         {"allreduce"}
+    # its rows say it: busbw / algbw = 2 x 7 / 8 with a redop is an all-reduce
+    inferred = parse_nccl_tests_log(path)
+    assert set(inferred["collective"]) == {"allreduce"}
+    assert inferred["notes"].str.contains("collective allreduce read from the rows").all()
 
 
 def test_malformed_json_names_line_or_key(tmp_path):
@@ -472,22 +476,34 @@ def test_cli_compare_writes_outputs_and_reads_logs(tmp_path, capsys):
 
 def test_cli_collective_names_what_a_bare_log_measured(tmp_path, capsys):
     """A raw log without the '# Collective test starting' line, under a name that says
-    nothing: compare and calibrate ask for --collective (naming the accepted values) and
-    take it."""
+    nothing: its rows name the collective where they can (busbw / algbw, redop, root: a
+    broadcast); where they cannot (an old all-gather log has no redop column, and its bus
+    factor is also a reduce-scatter's and an all-to-all's), compare and calibrate ask for
+    --collective (naming the accepted values and the candidates) and take it."""
     text = (LOGS / "broadcast_perf_new.log").read_text().splitlines(keepends=True)
     log = tmp_path / "my_run.log"
     log.write_text("".join(l for l in text if "Collective test starting" not in l))
+    out = tmp_path / "out"
+    assert main(["compare", str(log), "--topology", "dgx-a100", "-o", str(out)]) == 0
+    assert " broadcast " in capsys.readouterr().out
+    notes = set(pd.read_csv(out / "compare.csv")["notes"])
+    assert all("collective broadcast read from the rows (busbw/algbw 1.000 on 8 ranks, redop "
+               "none, root 0)" in n for n in notes)
+    log = tmp_path / "my_other_run.log"
+    log.write_text((LOGS / "all_gather_perf_old.log").read_text())
     cal = tmp_path / "cal.yaml"
-    for argv in (["compare", str(log), "--topology", "dgx-a100"],
-                 ["calibrate", str(log), "--topology", "dgx-a100", "--out", str(cal)]):
+    for argv in (["compare", str(log), "--topology", "dgx2-v100"],
+                 ["calibrate", str(log), "--topology", "dgx2-v100", "--out", str(cal)]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
         assert "cannot tell which collective" in err and "pass --collective NAME" in err
+        assert "fit allgather or alltoall or reduce_scatter" in err
         assert "allgather, allreduce, alltoall, broadcast, reduce, reduce_scatter" in err
-    assert main(["compare", str(log), "--topology", "dgx-a100", "--collective", "broadcast"]) == 0
-    assert " broadcast " in capsys.readouterr().out
-    assert main(["calibrate", str(log), "--topology", "dgx-a100", "--collective", "broadcast",
+    assert main(["compare", str(log), "--topology", "dgx2-v100", "--collective",
+                 "allgather"]) == 0
+    assert " allgather " in capsys.readouterr().out
+    assert main(["calibrate", str(log), "--topology", "dgx2-v100", "--collective", "allgather",
                  "--out", str(cal), "--max-evaluations", "2", "--max-fit-points", "2"]) == 0
     assert cal.exists()
     capsys.readouterr()

@@ -192,3 +192,56 @@ def test_rail_fabric_spread_is_exact():
     spread = [r for r in path.resources if r[0] == "spread"]
     assert len(spread) == 2 and all(router.capacity(r) == 20 * GB for r in spread)
     assert router.spread_exact
+
+
+# --- machines with more NICs than GPUs (rule 4) -------------------------------------------------
+
+def _rich(nics, bandwidth, routing=None):
+    """Two machines of two GPUs on one PCIe switch, ``nics`` NICs of ``bandwidth`` each."""
+    g = gpu_cluster(nodes=2, gpus_per_node=2, pcie_switches=1, nics_per_node=nics,
+                    nic_bandwidth=bandwidth, nic_latency="0 us", pcie_latency="0 us",
+                    nvlink_latency="0 us")
+    return set_routing(g, routing) if routing else g
+
+
+def test_a_gpu_spreads_over_its_own_nics_when_the_machine_has_more_nics_than_gpus():
+    """Four NICs for two GPUs: GPU j gets NICs 2j and 2j + 1 (NCCL hands a GPU's channels to
+    its local NICs in turn), a connection is split over both on each end, and one flow moves
+    at two NICs' rate."""
+    g = _rich(4, "10 GB/s")
+    router = Router(g)
+    path = router.path("n0.gpu1", "n1.gpu1")
+    assert len(path.spread) == 4                      # 2 NICs here x 2 NICs there
+    nics = {n for p in path.spread for n in p if g.nodes[n].get("kind") == "nic"}
+    assert nics == {"n0.nic2", "n0.nic3", "n1.nic2", "n1.nic3"}
+    assert finish_times(g, [("n0.gpu1", "n1.gpu1")]) == pytest.approx([N / (20 * GB)],
+                                                                        rel=1e-12)
+    # both GPUs at once: each on its own pair of NICs, nothing shared
+    both = finish_times(g, [("n0.gpu0", "n1.gpu0"), ("n0.gpu1", "n1.gpu1")])
+    assert both == pytest.approx([N / (20 * GB)] * 2, rel=1e-12)
+    assert router.spread_exact
+
+
+def test_as_many_nics_as_gpus_routes_as_before():
+    g = _rich(2, "20 GB/s")
+    path = Router(g).path("n0.gpu1", "n1.gpu1")
+    assert path.spread == () and "n0.nic1" in path.nodes and "n1.nic1" in path.nodes
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "double_binary_tree"])
+def test_twice_the_nics_at_half_the_rate_take_the_same_time(algorithm):
+    """The same network per machine as 2 x 20 GB/s or 4 x 10 GB/s: the same all-reduce time
+    (before rule 4's spread, GPU j used only NIC j: half the network, twice the time)."""
+    times = [run_collective(_rich(nics, bw), "allreduce", algorithm, 1 << 26,
+                            engine="event").row["time_s"]
+             for nics, bw in ((2, "20 GB/s"), (4, "10 GB/s"))]
+    assert times[1] == pytest.approx(times[0], rel=1e-9)
+    fast = run_collective(_rich(4, "10 GB/s"), "allreduce", algorithm, 1 << 26).row["time_s"]
+    assert fast == pytest.approx(times[1], rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["ideal", "ecmp", "adaptive"])
+def test_the_nic_spread_holds_under_every_routing_mode(mode):
+    g = _rich(4, "10 GB/s", mode)
+    assert finish_times(g, [("n0.gpu0", "n1.gpu0")]) == pytest.approx([N / (20 * GB)],
+                                                                        rel=1e-12)

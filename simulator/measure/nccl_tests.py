@@ -270,18 +270,44 @@ def _check_bus_factor(log: _Log, collective: str, gpus: int, rows) -> None:
                                       f"wrong (pass gpus=) or the collective is")
 
 
+#: What a collective's rows print besides its bus factor: a reduction operator (``redop``
+#: other than ``none``) and a root (``root`` >= 0), as nccl-tests' tests fill those columns.
+_SIGNATURE = {"allreduce": (True, False), "reduce_scatter": (True, False),
+              "allgather": (False, False), "alltoall": (False, False),
+              "broadcast": (False, True), "reduce": (True, True)}
+
+
+def _infer_collective(log: _Log, run: _Run, gpus: int) -> tuple[str | None, str]:
+    """The collective a log without a test name measured, from what its rows print: the
+    ratio busbw / algbw (nccl-tests' bus factor, on rows whose algbw has three significant
+    digits) and whether the rows carry a reduction operator and a root. ``(None, why)``
+    where no collective, or more than one, fits."""
+    first = run.rows[0][1]
+    ratios = [b["busbw_GBps"] / b["algbw_GBps"] for _, row in run.rows
+              for b in (row.get("out_of_place"), row.get("in_place"))
+              if b and b["algbw_GBps"] >= 1.0]
+    if not ratios:
+        return None, "no row with algbw >= 1 GB/s to read the bus factor from"
+    ratio = sum(ratios) / len(ratios)
+    reduces = first.get("redop") not in (None, "none")
+    rooted = first.get("root", -1) >= 0
+    fits = [name for name, (has_op, has_root) in _SIGNATURE.items()
+            if abs(ratio - bus_factor(name, gpus)) <= 0.02 * bus_factor(name, gpus) + 0.01
+            and ("redop" not in first or has_op == reduces)
+            and ("root" not in first or has_root == rooted)]
+    seen = (f"busbw/algbw {ratio:.3f} on {gpus} ranks"
+            + (f", redop {first['redop']}" if "redop" in first else "")
+            + (f", root {first['root']}" if "root" in first else ""))
+    if len(fits) == 1:
+        return fits[0], f"collective {fits[0]} read from the rows ({seen})"
+    return None, (f"the rows ({seen}) fit {' or '.join(sorted(fits))}" if fits
+                  else f"no collective fits the rows ({seen})")
+
+
 def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, runs: list):
     if not run.rows:
         return
     first = run.rows[0][0]
-    collective = defaults["collective"] or run.collective or defaults["from_name"]
-    if collective is None:
-        from simulator.schedules import COLLECTIVES
-
-        raise log.error(first, "cannot tell which collective this log measured (no '# "
-                               "Collective test starting' line, no test name in the file name): "
-                               f"pass --collective NAME (collective= in Python), one of "
-                               f"{', '.join(sorted(COLLECTIVES))}")
     if run.ranks:
         gpus, hosts, devices = _ranks_in_group(run)
     else:
@@ -290,6 +316,18 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
         gpus = defaults["gpus"]
     if not gpus:
         raise log.error(first, "cannot tell the rank count (no '#  Rank' lines): pass gpus=")
+    collective = defaults["collective"] or run.collective or defaults["from_name"]
+    inferred = ""
+    if collective is None:
+        from simulator.schedules import COLLECTIVES
+
+        collective, inferred = _infer_collective(log, run, gpus)
+        if collective is None:
+            raise log.error(first, "cannot tell which collective this log measured (no '# "
+                                   "Collective test starting' line, no test name in the file "
+                                   f"name, and {inferred}): pass --collective NAME "
+                                   f"(collective= in Python), one of "
+                                   f"{', '.join(sorted(COLLECTIVES))}")
     _check_bus_factor(log, collective, gpus, run.rows)
     if run.avg is not None and run.busbw_printed:
         mean = sum(run.busbw_printed) / len(run.busbw_printed)
@@ -311,6 +349,8 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
     harness = _harness(run)
     if harness is not None:
         note_parts.append(harness[1])
+    if inferred:
+        note_parts.append(inferred)
     for line, row in run.rows:
         main = row.get("out_of_place") or row["in_place"]
         if row["size"] == 0:

@@ -13,7 +13,13 @@ Rules, in order:
    NVSwitch (both routes are two hops) whatever the latencies are set to.
 4. Among those, the path whose NICs match the GPU at their end wins: GPU ``j`` uses NIC ``j``
    of its machine when both sit equally close (NCCL's GPU-NIC affinity: each GPU of a DGX
-   talks through its own rail NIC, so its rings spread over all NICs).
+   talks through its own rail NIC, so its rings spread over all NICs). A machine with more
+   NICs than GPUs (``N`` NICs, ``G`` GPUs: two ports per GPU, say) gives GPU ``j`` the NICs
+   ``i`` with ``i x G // N == j``, and a connection is split evenly over the matching NICs of
+   both its ends, as a spread (see ``"ideal"`` below): NCCL hands a GPU's channels to its
+   local NICs in turn (``ncclTopoGetLocalNet``, ``src/graph/topo.cc`` v2.19.3-1:735-750:
+   ``net += channelId % DIVUP(localNetCount, localGpuCount)``), and the engines route one
+   connection per pair of nodes for all its channels.
 5. Paths still tied are equal-cost multipaths (ECMP): they are sorted and the one at index
    ``zlib.crc32(f"{src}->{dst}".encode()) % count`` is taken, the way a switch hashes a flow onto
    one of its uplinks. The choice is the same in every run and under every ``PYTHONHASHSEED``,
@@ -178,6 +184,7 @@ class Router:
         self._transit_succ: dict[str, list[str]] = {}
         self._transit_pred: dict[str, list[str]] = {}
         self._cpus: dict | None = None
+        self._counts: dict | None = None    # machine -> (GPUs, NICs), rule 4
 
     def path(self, src: str, dst: str, flow: int = 0) -> Path:
         """The path from ``src`` to ``dst`` (cached); ``src == dst`` gives an empty path.
@@ -218,6 +225,9 @@ class Router:
         cost = [(c, self._affinity_misses(p)) for p, c in zip(candidates, cost)]
         lowest = min(cost)
         best = sorted(p for p, c in zip(candidates, cost) if c == lowest)
+        spread = self._nic_spread(best, src, dst, flow)
+        if spread is not None:
+            return spread
         chosen = best[zlib.crc32(f"{src}->{dst}".encode()) % len(best)]
         if len(best) == 1 or self.routing is None:
             return self._make_path(chosen)
@@ -314,8 +324,28 @@ class Router:
         # the memory of the sender's socket (one socket: the machine's cpu)
         return self._cpus.get((a.get("node_index"), a.get("socket", 0)))
 
+    def _machine_counts(self) -> dict:
+        """Per machine (``node_index``), its ``(GPUs, NICs)``; built on first use."""
+        if self._counts is None:
+            counts: dict = {}
+            for _n, attrs in self.graph.nodes(data=True):
+                kind = attrs.get("kind")
+                if kind in ("gpu", "nic"):
+                    gpus, nics = counts.get(attrs.get("node_index"), (0, 0))
+                    counts[attrs.get("node_index")] = (gpus + (kind == "gpu"),
+                                                       nics + (kind == "nic"))
+            self._counts = counts
+        return self._counts
+
+    def _owner(self, nic_attrs: dict) -> int:
+        """The local index of the GPU a NIC serves (rule 4): its own index, or on a machine
+        with more NICs than GPUs, ``index x GPUs // NICs`` (consecutive NICs per GPU)."""
+        gpus, nics = self._machine_counts().get(nic_attrs.get("node_index"), (0, 0))
+        index = nic_attrs["local_index"]
+        return index * gpus // nics if 0 < gpus < nics else index
+
     def _affinity_misses(self, nodes: tuple[str, ...]) -> int:
-        """NICs on the path whose index differs from the GPU on their machine's end."""
+        """NICs on the path that do not serve the GPU on their machine's end (rule 4)."""
         nodes_attr = self.graph.nodes
         ends = (nodes_attr[nodes[0]], nodes_attr[nodes[-1]])
         misses = 0
@@ -324,9 +354,34 @@ class Router:
             if attrs.get("kind") != "nic" or "local_index" not in attrs:
                 continue
             end = ends[0] if attrs.get("node_index") == ends[0].get("node_index") else ends[1]
-            if end.get("kind") == "gpu" and end.get("local_index") != attrs["local_index"]:
+            if end.get("kind") == "gpu" and end.get("local_index") != self._owner(attrs):
                 misses += 1
         return misses
+
+    def _nic_spread(self, best: list, src: str, dst: str, flow: int) -> Path | None:
+        """Rule 4 on a machine with more NICs than GPUs: ``best`` split evenly over the NICs
+        its paths may take (one path per choice of NICs, picked among fabric alternatives as
+        the routing mode picks; ``"ideal"`` spreads over all of them); None where every path
+        crosses the same NICs."""
+        kind = self.graph.nodes
+        counts = self._machine_counts()
+        if not any(0 < gpus < nics for gpus, nics in
+                   (counts.get(kind[end].get("node_index"), (0, 0)) for end in (src, dst))):
+            return None
+        groups: dict = {}
+        for p in best:
+            groups.setdefault(tuple(n for n in p if kind[n].get("kind") == "nic"), []).append(p)
+        if len(groups) < 2:
+            return None
+        if self.routing == "ideal":
+            return self._spread(best)
+        picked = []
+        for group in groups.values():
+            if self.routing == "ecmp":
+                picked.append(self._ecmp(group, src, dst, flow))
+            else:      # the default, and "adaptive" (which pins whole connections): rule 5
+                picked.append(group[zlib.crc32(f"{src}->{dst}".encode()) % len(group)])
+        return self._spread(picked)
 
     def _make_path(self, nodes: tuple[str, ...]) -> Path:
         links = tuple(zip(nodes, nodes[1:]))
