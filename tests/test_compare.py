@@ -100,10 +100,17 @@ def test_current_layout_mpi_two_hosts_and_nccl_algo():
                                                                 rel=0.01)
 
 
-@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: ", "[0] "])
+@pytest.mark.parametrize("prefix", [
+    "[1,0]<stdout>:", "0: ", "[0] ",
+    "(head, rank=0, pid=3808) [1,0]<stdout>:",                 # SkyPilot around Open MPI
+    "(worker1, rank=1, pid=2769, ip=10.100.10.12) ",           # Ray
+    "2024-02-13T12:43:59.123456789Z ",                          # kubectl logs --timestamps
+    "2025-05-02T08:00:01+00:00 0: ",
+])
 def test_a_log_whose_launcher_labels_every_line_reads_the_same(tmp_path, prefix):
-    """Open MPI's --tag-output, srun --label and -prepend-rank put a label before every line;
-    the log reads into the same points as without it."""
+    """Open MPI's --tag-output, srun --label, -prepend-rank, Ray and SkyPilot and kubectl's
+    time stamps put labels before every line; the log reads into the same points as without
+    them."""
     original = LOGS / "all_reduce_perf_2node.log"
     labelled = tmp_path / original.name
     labelled.write_text("".join(prefix + line + "\n"

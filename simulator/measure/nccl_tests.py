@@ -94,11 +94,16 @@ _RE_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)(?:.*nccl-librar
 _RE_NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+\S*)")
 _RE_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_NVLS_ENABLE) set by environment to\s+(\S+)")
 _RE_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-#: What a launcher puts before every line of a rank's output: Open MPI's ``--tag-output``
-#: (``[1,0]<stdout>:``, job and rank), Slurm's ``srun --label`` (``0: ``) and MPICH / Intel
-#: MPI's ``-prepend-rank`` (``[0] ``). A result row never starts with one (it starts with its
-#: size in bytes), so it is removed before the line is read.
-_RE_LAUNCHER_PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\]\s|\d+:\s)")
+#: What launchers and log collectors put before every line of a rank's output, possibly
+#: several of them (a Ray / SkyPilot prefix around an Open MPI one): Open MPI's
+#: ``--tag-output`` (``[1,0]<stdout>:``, job and rank), Slurm's ``srun --label`` (``0: ``),
+#: MPICH / Intel MPI's ``-prepend-rank`` (``[0] ``), Ray's and SkyPilot's
+#: ``(head, rank=0, pid=3808) `` and ``kubectl logs --timestamps``' RFC 3339 time. A result row
+#: never starts with one (it starts with its size in bytes), so they are removed before the
+#: line is read.
+_RE_LAUNCHER_PREFIX = re.compile(
+    r"^\s*(?:(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\]\s|\d+:\s|\([\w.-]+(?:,\s*\w+=[^,)\s]+)+\)\s"
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s)\s*)+")
 
 _PARAM_NAMES = {"size": "size", "bytes": "size", "count": "count", "n": "count",
                 "type": "type", "redop": "redop", "op": "redop", "root": "root"}
