@@ -719,3 +719,26 @@ def test_each_point_says_which_nccl_it_simulated():
     assert set(compare(a100, graph, version="2.11.4")["simulated_nccl"]) == {
         "NCCL 2.11 (constants of 2.10)"}
     assert set(compare(a100, graph, library="ideal")["simulated_nccl"]) == {""}
+
+
+def test_a_log_copied_from_its_column_header_takes_ranks_from_the_cli(tmp_path, capsys):
+    """A table pasted from its column header on has no '#  Rank' lines: compare asks for
+    --ranks, takes it (the collective then read from the rows), and a wrong count fails the
+    bus-factor check naming the flag."""
+    lines = (LOGS / "all_reduce_perf_2node.log").read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if "out-of-place" in line)
+    log = tmp_path / "pasted.txt"
+    log.write_text("".join(lines[start:]))
+    argv = ["compare", str(log), "--topology", "dgx-a100", "--param", "nodes=2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot tell the rank count" in err and "pass --ranks N" in err
+    assert main(argv + ["--ranks", "16", "-o", str(tmp_path / "out")]) == 0
+    written = pd.read_csv(tmp_path / "out" / "compare.csv")
+    assert set(written["gpus"]) == {16} and set(written["collective"]) == {"allreduce"}
+    capsys.readouterr()
+    assert main(argv + ["--ranks", "4"]) == 2           # 2 x 15/16 fits nothing on 4 ranks
+    err = capsys.readouterr().err
+    assert "no collective fits the rows (busbw/algbw 1.87" in err and "--ranks N" in err
+    assert main(argv + ["--ranks", "0"]) == 2
+    assert "--ranks must be >= 1, got 0" in capsys.readouterr().err

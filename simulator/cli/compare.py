@@ -26,9 +26,11 @@ EXIT_MAPE_EXCEEDED = 1
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
 
 
-def read_points(path: str, collective: str | None = None) -> pd.DataFrame:
+def read_points(path: str, collective: str | None = None,
+                ranks: int | None = None) -> pd.DataFrame:
     """Collective points from a CSV (either layout) or an nccl-tests log / JSON document;
-    ``collective`` (``--collective``) names what a log measured when the log does not say."""
+    ``collective`` (``--collective``) and ``ranks`` (``--ranks``) say what a log measured, and
+    on how many ranks, when the log does not."""
     from ..measure.nccl_tests import read_nccl_tests
     from ..measure.schema import nccl_collective, read_measurements
 
@@ -37,11 +39,14 @@ def read_points(path: str, collective: str | None = None) -> pd.DataFrame:
             collective = nccl_collective(collective)
         except ConfigError as exc:
             raise ConfigError(f"--collective: {exc}") from None
+    if ranks is not None and ranks < 1:
+        raise ConfigError(f"--ranks must be >= 1, got {ranks}")
     if Path(path).suffix.lower() in _LOG_SUFFIXES:
-        return read_nccl_tests(path, collective=collective)
-    if collective is not None:
-        raise ConfigError(f"--collective applies to nccl-tests logs and JSON (.log, .txt, "
-                          f".out, .json); {path} is a table with its own collective column")
+        return read_nccl_tests(path, collective=collective, gpus=ranks)
+    for flag, value in (("--collective", collective), ("--ranks", ranks)):
+        if value is not None:
+            raise ConfigError(f"{flag} applies to nccl-tests logs and JSON (.log, .txt, .out, "
+                              f".json); {path} is a table with its own columns")
     return read_measurements(path)
 
 
@@ -186,7 +191,7 @@ def cmd_compare(args) -> int:
             algorithm = nccl_algorithm(algorithm)   # an NCCL_ALGO list: auto[...], checked
         else:
             check_algorithm(algorithm)
-    measured = read_points(args.measured, args.collective)
+    measured = read_points(args.measured, args.collective, args.ranks)
     frames = []
     for name, params, part in _topology_groups(args, measured):
         graph = load_topology(name, params)
@@ -251,9 +256,10 @@ def cmd_compare_training(args) -> int:
         if value:
             raise ConfigError(f"{flag} does not apply to a training file (each bucket's call "
                               f"is planned by the library)")
-    if args.collective:
-        raise ConfigError("--collective applies to nccl-tests logs; a training file's rows "
-                          "are training jobs")
+    for flag, value in (("--collective", args.collective), ("--ranks", args.ranks)):
+        if value is not None:
+            raise ConfigError(f"{flag} applies to nccl-tests logs; a training file's rows "
+                              f"are training jobs")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     framework = parse_framework(args.framework)
@@ -376,7 +382,7 @@ def cmd_calibrate(args) -> int:
 
     if not args.out.endswith((".yaml", ".yml")):
         raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
-    measured = read_points(args.measured, args.collective)
+    measured = read_points(args.measured, args.collective, args.ranks)
     lib = library_args(args, load_topology(args.topology, _params(args.param)))
     if lib["library"] == "nccl":
         return _calibrate_library(args, measured, lib)
@@ -435,6 +441,10 @@ _COLLECTIVE_HELP = ("nccl-tests logs: the collective the log measured when it do
                     "the nccl-tests spellings, all_reduce, ...)")
 
 
+_RANKS_HELP = ("nccl-tests logs: ranks per collective when the log has no '#  Rank' lines "
+               "(a table copied from its column header on)")
+
+
 def add_compare_parsers(subparsers) -> None:
     """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
     from .args import add_library_arguments
@@ -456,6 +466,7 @@ def add_compare_parsers(subparsers) -> None:
                         "file's; an NCCL_ALGO list (Ring,Tree; ^NVLS) lets the library's "
                         "tuner choose among what it leaves")
     c.add_argument("--collective", default=None, metavar="NAME", help=_COLLECTIVE_HELP)
+    c.add_argument("--ranks", type=int, default=None, metavar="N", help=_RANKS_HELP)
     c.add_argument("--slices", type=int, default=None,
                    help="pipelining slices per transfer (default 1, or the scenario's)")
     add_library_arguments(c)
@@ -500,6 +511,7 @@ def add_compare_parsers(subparsers) -> None:
     k.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a builder parameter before calibrating (repeatable)")
     k.add_argument("--collective", default=None, metavar="NAME", help=_COLLECTIVE_HELP)
+    k.add_argument("--ranks", type=int, default=None, metavar="N", help=_RANKS_HELP)
     k.add_argument("--out", required=True, metavar="CALIBRATED.yaml",
                    help="where to write the calibrated preset")
     k.add_argument("--fit-fraction", type=float, default=0.5,

@@ -272,7 +272,8 @@ def _check_bus_factor(log: _Log, collective: str, gpus: int, rows) -> None:
             if abs(ratio - expected) > 0.02 * expected + 0.01:
                 raise log.error(line, f"busbw/algbw = {ratio:.3f}, but {collective} on {gpus} "
                                       f"ranks has bus factor {expected:.3f}: the rank count is "
-                                      f"wrong (pass gpus=) or the collective is")
+                                      f"wrong (pass --ranks N, gpus= in Python) or the "
+                                      f"collective is")
 
 
 #: What a collective's rows print besides its bus factor: a reduction operator (``redop``
@@ -306,7 +307,8 @@ def _infer_collective(log: _Log, run: _Run, gpus: int) -> tuple[str | None, str]
     if len(fits) == 1:
         return fits[0], f"collective {fits[0]} read from the rows ({seen})"
     return None, (f"the rows ({seen}) fit {' or '.join(sorted(fits))}" if fits
-                  else f"no collective fits the rows ({seen})")
+                  else f"no collective fits the rows ({seen}; is the rank count right? "
+                       f"--ranks N sets it)")
 
 
 def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, runs: list):
@@ -320,7 +322,8 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
     if defaults["gpus"] is not None:
         gpus = defaults["gpus"]
     if not gpus:
-        raise log.error(first, "cannot tell the rank count (no '#  Rank' lines): pass gpus=")
+        raise log.error(first, "cannot tell the rank count (no '#  Rank' lines): pass --ranks N "
+                               "(gpus= in Python)")
     collective = defaults["collective"] or run.collective or defaults["from_name"]
     inferred = ""
     if collective is None:
