@@ -569,6 +569,9 @@ def test_nvls_tree_across_h100_machines():
     ("CUDA 11.6, NCCL 2.11.4-1", (2, 11), "2.10"), ("2.11.4-1+cuda11.6", (2, 11), "2.10"),
     ("not stated (CUDA 12.4, driver 550.90.07)", None, DEFAULT_VERSION),
     ("not stated (horovod/horovod:latest container, CUDA 11.3)", None, DEFAULT_VERSION),
+    ("not printed (TCPXO plugin image nccl-plugin-gpudirecttcpx-dev:v1.0.15)", None,
+     DEFAULT_VERSION),                       # a plugin's v1.0.15 is not NCCL 1.0
+    ("unknown; container v1.2", None, DEFAULT_VERSION),
     ("", None, DEFAULT_VERSION), (None, None, DEFAULT_VERSION)])
 def test_a_version_cell_names_nccls_release_not_cudas(text, release, table):
     """A measured file's nccl_version cell: NCCL's release, never the CUDA or driver version

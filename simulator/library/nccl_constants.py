@@ -597,7 +597,7 @@ def inter_cpu_GBps(family: str, release: tuple | None = None) -> float:
 
 _NAMED_RELEASE = re.compile(r"nccl\D{0,12}?(\d+)\.(\d+)", re.IGNORECASE)
 _RELEASE = re.compile(r"(?<![\d.])(\d)\.(\d+)")
-_NOT_STATED = re.compile(r"\s*(not stated|unknown|n/?a\b|none\b)", re.IGNORECASE)
+_NOT_STATED = re.compile(r"\s*(not\b|unknown|unstated|n/?a\b|none\b)", re.IGNORECASE)
 
 
 def release_number(text) -> tuple | None:
@@ -606,8 +606,9 @@ def release_number(text) -> tuple | None:
 
     A release written after the word NCCL wins; otherwise the first ``x.y`` with a one-digit
     major (NCCL's are 1 and 2; CUDA's, drivers' and frameworks' numbers around it are not
-    NCCL's). A text that says the version is not stated names none, whatever it mentions
-    after that (``"not stated (CUDA 12.4, driver 550.90.07)"``).
+    NCCL's). A text that says the version is not stated (``not ...``, ``unknown``,
+    ``n/a``, ``none``) names none, whatever it mentions after that (``"not stated (CUDA 12.4,
+    driver 550.90.07)"``, ``"not printed (plugin image v1.0.15)"``).
     """
     text = str(text or "")
     if _NOT_STATED.match(text):
