@@ -66,15 +66,16 @@ def test_where_the_simulator_stands(name, preset, params, bounds):
 
 
 def test_p5_from_2_to_32_machines_grows_too_fast_with_scale():
-    """At 4 - 8 GiB the simulator is within 6 % of p5 on every machine count, but it reaches
-    that bus bandwidth at smaller sizes than the machines do, more so the more machines: over
-    32 MiB - 8 GiB it is 12 % too fast on 2 machines and 29 % on 32 (not explained)."""
+    """With aws-ofi-nccl's region tuner choosing from 4 machines on (as the run's
+    NCCL_TUNER_PLUGIN did), the simulator reaches p5's bus bandwidth at smaller sizes than the
+    machines do, more so the more machines: over 32 MiB - 8 GiB it is 12 % too fast on 2
+    machines and 33 % on 32; at 4 - 8 GiB it is within 13 % everywhere (not explained)."""
     summary = _bands("nccl_crazyguitar_p5_2to32node_efa_allreduce.csv", "aws-p5", {"nodes": 32})
     by_gpus = summary["gpus"].set_index("gpus")["bias_pct"]
     assert list(by_gpus.index) == [16, 32, 64, 128, 256]
-    assert -15 < by_gpus[16] < -9 and -33 < by_gpus[256] < -25
+    assert -15 < by_gpus[16] < -9 and -36 < by_gpus[256] < -29
     assert by_gpus[256] < by_gpus[64] < by_gpus[16]
     points = compare(read_measurements(DATA / "nccl_crazyguitar_p5_2to32node_efa_allreduce.csv"),
                      load_topology("aws-p5", {"nodes": 32}))
     large = points[points["size_bytes"] >= 4 << 30]
-    assert large["error_pct"].abs().max() < 6.5
+    assert large["error_pct"].abs().max() < 13.5

@@ -187,8 +187,10 @@ def cmd_collective(args) -> int:
                 plan = result.plan
                 how = (f"{plan.label}/{plan.protocol} on {plan.channels} channel(s)"
                        if plan.protocol else plan.label)
+                by = plan.notes.get("tuner")
                 print(f"auto: chose {how} for {args.collective} of {format_size(size)}"
-                      f" ({row['library']} library)", file=sys.stderr)
+                      f" ({row['library']} library{', ' + by + ' tuner' if by else ''})",
+                      file=sys.stderr)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     _emit(frame, args.format)

@@ -67,7 +67,8 @@ from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
 from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, message_extra_us,
-                         nccl_settings, network_step_latency_us)
+                         nccl_settings, network_step_latency_us, plugin_tuner_applies)
+from .ofi_regions import region_choice
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
                        nvls_fill_s, planned_channels, ring_datapath, runtime_channels,
@@ -516,9 +517,15 @@ class NcclLibrary:
             if not pool:
                 raise ConfigError(self._none_enabled(collective, wanted, protocol, facts,
                                                      allowed, exclude))
-            chosen = pool[0]
+            chosen, plugin = pool[0], None
+            if wanted is None:
+                plugin = self._plugin_choice(facts, collective, size_bytes, pool)
+                chosen = plugin or chosen
             plan = self._nccl_plan(graph, collective, size_bytes, gpus, facts, chosen, host,
                                    launch)
+            if plugin is not None:
+                plan = dataclasses.replace(plan, notes={**plan.notes,
+                                                        "tuner": "aws-ofi-nccl regions"})
             if skew:
                 plan = dataclasses.replace(plan, fixed_time_s=plan.fixed_time_s + skew,
                                            notes={**plan.notes, "launch_skew_us": skew * 1e6})
@@ -539,6 +546,19 @@ class NcclLibrary:
                     channels=0, graph=new_graph, host_time_s=host, fixed_time_s=skew,
                     reduce_compute=False,
                     notes={"launch": str(launch), "version": self.version.name})
+
+    def _plugin_choice(self, facts: MachineFacts, collective: str, size_bytes: int,
+                       pool: list) -> Candidate | None:
+        """The candidate a network plugin's own tuner makes NCCL run, None where it leaves
+        NCCL's choice: aws-ofi-nccl's region tuner on p5 (transport ``efa2``) from three
+        machines (:mod:`.ofi_regions`), with NCCL releases that load tuner plugins (2.19 on,
+        ``NCCL_TUNER_PLUGIN``). It only picks among what NCCL could run (``pool``)."""
+        if (self.release < (2, 19)
+                or not plugin_tuner_applies(facts.transport, facts.nodes, facts.network)):
+            return None
+        choice = region_choice(collective, size_bytes, facts.ranks, facts.nodes,
+                               {(c.algorithm, c.protocol) for c in pool})
+        return next((c for c in pool if (c.algorithm, c.protocol) == choice), None)
 
     def unavailable(self, graph: nx.DiGraph, collective: str, algorithm: str, gpus: int, *,
                     protocol: str | None = None) -> str:

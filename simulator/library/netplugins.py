@@ -700,8 +700,10 @@ def enabled_protocols(transport, network: str = "ib", version: tuple = (2, 30)) 
 #: Plugins that ship a tuner (``NCCL_TUNER_PLUGIN``), and when it overrides NCCL's own choice.
 #: aws-ofi-nccl's region and model tuners cover p5/p5e/p5en/p6 only (``is_region_supported``,
 #: ``is_model_supported``) and return NCCL's own choice for ``num_nodes <= 2``
-#: (src/tuner/nccl_ofi_regions.cpp:2013, 2096; src/tuner/nccl_ofi_model.cpp); Google's TCPXO
-#: tuner ships as a closed binary with ``a3plus_tuner_config.textproto`` (not public).
+#: (src/tuner/nccl_ofi_regions.cpp:2013, 2096; src/tuner/nccl_ofi_model.cpp); its p5/p5e
+#: regions are :mod:`.ofi_regions`, which the ``nccl`` library follows from three machines on.
+#: Google's TCPXO tuner ships as a closed binary with ``a3plus_tuner_config.textproto`` (not
+#: public).
 PLUGIN_TUNERS = {"efa2": ("aws-ofi-nccl region tuner", 3), "tcpxo": ("GCP NCCL tuner (closed)",
                                                                       None)}
 
