@@ -1,6 +1,6 @@
-"""Seven more public tables (tests/data/measurements/SOURCES.md, "More clouds and bare metal"):
+"""Nine more public tables (tests/data/measurements/SOURCES.md, "More clouds and bare metal"):
 Azure NDm A100 v4, Voltage Park H100 on one and four machines, GKE A3 Mega (TCPXO) and A3 High
-(TCPX), p4d on EKS, p5 from 2 to 32 machines. Checks only, nothing fitted
+(TCPX), p4d on EKS, p5 from 2 to 32 machines (all-reduce, all-gather, all-to-all). Checks only, nothing fitted
 (docs/validation/sources.md, "More clouds and bare metal"): each test keeps where the simulator
 stands with the preset a user would pick, so a change that moves it shows."""
 
