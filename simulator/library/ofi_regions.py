@@ -102,10 +102,10 @@ _Z = (TUNER_MAX_SIZE, TUNER_MAX_RANKS)
 
 def _p5_eight_per_machine() -> dict:
     """``nRanks == 8 * nNodes``: all-reduce."""
-    tree_ll128 = extend_region((402653184, 2048), (402653184, 4096), _Z)
-    nvlstree_1 = extend_region((8053063680, 160), (9663676416, 192), _Z)
-    nvlstree_2 = extend_region((402653184, 2048), (402653184, 4096), _Z)
-    ring_simple = extend_region((8053063680, 160), (9663676416, 192), _Z)
+    # the source extends these two lines twice each, under four names (extended_tree_ll128 =
+    # extended_nvlstree_simple_2, extended_nvlstree_simple_1 = extended_ring_simple)
+    tree_ll128 = nvlstree_2 = extend_region((402653184, 2048), (402653184, 4096), _Z)
+    nvlstree_1 = ring_simple = extend_region((8053063680, 160), (9663676416, 192), _Z)
     return {"allreduce": [
         ("tree", "LL128", [(0, 16), (31457280, 16), (37748736, 32), (117440512, 64),
                            (301989888, 128), (301989888, 256), (335544320, 512),
@@ -131,9 +131,9 @@ def _p5_eight_per_machine() -> dict:
 def _p5_two_per_machine() -> dict:
     """``nRanks == 2 * nNodes``: all-reduce."""
     tree_ll128 = extend_region((88160256, 128), (178163712, 256), _Z)
-    tree_simple_1 = extend_region((787480576, 128), (1073741824, 256), _Z)
+    # extended_tree_simple_1 and extended_nvlstree_simple extend the same line
+    tree_simple_1 = nvlstree_simple = extend_region((787480576, 128), (1073741824, 256), _Z)
     tree_simple_2 = extend_region((257114112, 128), (269484032, 256), _Z)
-    nvlstree_simple = extend_region((787480576, 128), (1073741824, 256), _Z)
     return {"allreduce": [
         ("tree", "LL128", [(0, 4), (1314816, 4), (1051648, 8), (1051648, 12), (2367488, 16),
                            (5525504, 32), (9473024, 64), (88160256, 128), (178163712, 256),
