@@ -21,7 +21,7 @@ DATA = Path(__file__).parent / "data" / "measurements"
 STANDINGS = [
     ("nccl_jzhang_azure_ndmv4_a100_2node_ib.csv", "dgx-a100",
      {"nodes": 2, "gpu": "a100-sxm4-80gb"},
-     {"<64KiB": (-40, -30), "64KiB-1MiB": (-16, -9), ">=1MiB": (-28, -20)}),
+     {"<64KiB": (-35, -25), "64KiB-1MiB": (-29, -20), ">=1MiB": (-29, -20)}),
     ("nccl_vpbench_h100_1node_g8.csv", "hgx-h100", {},
      {"<64KiB": (-3, 4), "64KiB-1MiB": (-4, 3), ">=1MiB": (5, 12)}),
     ("nccl_vpbench_h100_4node_ib.csv", "hgx-h100", {"nodes": 4},

@@ -9,7 +9,7 @@ import pytest
 from simulator.errors import ConfigError
 from simulator.library import netplugins as NP
 from simulator.library.machine import machine_facts
-from simulator.library.nccl import NcclLibrary, link_efficiency
+from simulator.library.nccl import NcclLibrary, link_efficiency, search_speed
 from simulator.library.nccl_constants import PCIE_EFFICIENCY
 from simulator.library.transport import framing
 from simulator.topology.builders import build
@@ -87,11 +87,13 @@ def test_two_node_presets_carry_their_transport(preset, transport, nics, gbps):
     assert facts.transport == transport and facts.nodes == 2 and facts.nics == nics
     eff = EFA_EFF if transport.startswith("efa") else TCPXO_EFF
     assert link_efficiency("ethernet", facts) == pytest.approx(eff)
-    # the network bandwidth NCCL's tuner sees: per NIC, the line rate x the transport's
-    # framing, unless the NIC's PCIe link (at NCCL's PCIe efficiency) is slower
+    # the network bandwidth NCCL's tuner sees: per NIC, the port's nominal rate (NCCL knows no
+    # framing) or the NIC's PCIe link at NCCL's PCIe rate, whichever is slower, run at the
+    # fastest channel speed of the graph search's table that fits (p4d 12, p5 48, A3 Mega 24)
     _, inter, _ = NcclLibrary()._bandwidths(graph, 16, facts)
     pcie = graph.graph["params"]["pcie_bandwidth"] / 1e9 * PCIE_EFFICIENCY
-    assert inter == pytest.approx(nics * min(gbps / 8 * eff, pcie))
+    assert inter == pytest.approx(nics * search_speed(min(gbps / 8, pcie), 90))
+    assert inter == {"efa": 4 * 12.0, "efa2": 8 * 48.0, "tcpxo": 8 * 24.0}[transport]
 
 
 def test_two_node_p5_network_step_latency_by_hand():

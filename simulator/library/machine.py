@@ -82,6 +82,10 @@ class MachineFacts:
         The host CPU's class as NCCL's topology code sees it (``bdw``, ``skl``, ``srp``,
         ``erp``, ``amd``, ``arm``): it sets NCCL's rate between sockets
         (:func:`~simulator.library.nccl_constants.inter_cpu_GBps`).
+    tree_pattern : str
+        The tree pattern NCCL's topology search ends on for these machines: ``balanced``
+        (``NCCL INFO Pattern 1``) or ``tree`` (``Pattern 3``; the topology's ``tree_pattern``
+        parameter).
     """
 
     ranks: int
@@ -99,6 +103,7 @@ class MachineFacts:
     network: str = "ib"
     local_ranks_min: int = 0
     cpu_family: str = ""
+    tree_pattern: str = "balanced"
 
 
 def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
@@ -128,7 +133,8 @@ def machine_facts(graph: nx.DiGraph, gpus: int) -> MachineFacts:
         gpu_nic_path=path, nics=sum(1 for n in machine_nodes
                                     if graph.nodes[n].get("kind") == "nic"),
         sharp=bool(params.get("sharp", False)), network=str(params.get("network", "ib")),
-        local_ranks_min=min(per_machine.values(), default=0), cpu_family=cpu_family(cpu))
+        local_ranks_min=min(per_machine.values(), default=0), cpu_family=cpu_family(cpu),
+        tree_pattern=str(params.get("tree_pattern", "balanced")))
 
 
 def cpu_family(cpu: str) -> str:

@@ -108,6 +108,11 @@ NVLS_CHUNK_BYTES = 128 * 1024
 #: and head, down to 128 KiB (``src/enqueue.cc``, 2.30.7); the engine pipelines at that size.
 COLLNET_CHUNK_BYTES = 128 * 1024
 
+#: What NCCL's tuner keeps of a tree's bus bandwidth when its search ended on the plain tree
+#: pattern (``busBw *= .85``, ``src/graph/tuning.cc`` v2.18.3-1:183 to 2.30.7:336); see
+#: :meth:`NcclLibrary._tree_pattern_factor`.
+TREE_PATTERN_FACTOR = 0.85
+
 #: A NIC's port speed carries payload at the transport's framing efficiency
 #: (:mod:`simulator.library.transport`: InfiniBand RC 99.4 %, RoCEv2 98.0 %, TCP over Ethernet
 #: 94.1 %), which NCCL's tuner does not model (``net.bw = mbps / 8000``, ``src/graph/topo.cc``)
@@ -130,6 +135,15 @@ class Candidate:
     wire_busbw_GBps: float
     steps_latency_us: float = 0.0
     nsteps: int = 0
+    #: The latency the call's time is charged (us) where it differs from the tuner's
+    #: ``latency_us`` (see :meth:`NcclLibrary._latency`); None: the tuner's.
+    time_latency_us: float | None = None
+
+    @property
+    def charged_latency_us(self) -> float:
+        """The latency charged as time: the tuner's unless :attr:`time_latency_us` says
+        otherwise."""
+        return self.latency_us if self.time_latency_us is None else self.time_latency_us
 
 
 def nvlink_efficiency(cc: int) -> float:
@@ -138,6 +152,32 @@ def nvlink_efficiency(cc: int) -> float:
         if cc >= minimum:
             return nccl_gbps / nominal_gbps
     return NVLINK_PER_LINK[-1][1] / NVLINK_PER_LINK[-1][2]
+
+
+#: The speeds NCCL's graph search tries for a channel across machines, fastest first, GB/s
+#: (``speedArrayInter`` and, from compute capability 9.0, ``sm90SpeedArrayInter``;
+#: ``src/graph/search.cc`` v2.18.3-1 to 2.30.7).
+SEARCH_SPEEDS_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0,
+                       4.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+SEARCH_SPEEDS_INTER_SM90 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0,
+                            6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+
+
+#: Relative slack for :func:`search_speed` (rounded preset bandwidths).
+SEARCH_SPEED_SLACK = 0.01
+
+
+def search_speed(path_GBps: float, compute_capability: int) -> float:
+    """The channel speed NCCL's graph search settles on for a path of ``path_GBps`` to a NIC:
+    the fastest of its speed table not above it (``while (speedArray[speedIndex] > maxBw
+    ...) speedIndex++``; ``search.cc``), the slowest entry at least. NCCL 2.22.3's printed
+    predictions for 8 x 200 Gb/s NICs (NVIDIA/nccl issue #1453) carry 8 x 24 GB/s. A path within
+    :data:`SEARCH_SPEED_SLACK` below an entry takes it: NCCL reads its PCIe rate from the
+    link's generation and width (Gen4 x16: exactly 24 GB/s), a preset's PCIe bandwidth is
+    rounded (``31.5 GB/s`` gives 23.99)."""
+    table = SEARCH_SPEEDS_INTER_SM90 if compute_capability >= 90 else SEARCH_SPEEDS_INTER
+    return next((speed for speed in table if speed <= path_GBps * (1 + SEARCH_SPEED_SLACK)),
+                table[-1])
 
 
 def link_efficiency(kind: str, facts: MachineFacts) -> float:
@@ -285,12 +325,18 @@ class NcclLibrary:
         nics = [n for n, a in graph.nodes(data=True)
                 if a.get("kind") == "nic" and a.get("node_index") == first]
         if facts.nodes > 1 and nics:
+            # NCCL's view of a NIC: its port's nominal rate (``net.bw = mbps / 8000``,
+            # ``topo.cc``; no framing) and the PCIe path to it at NCCL's PCIe rate; the graph
+            # search then runs each NIC's channel at the fastest speed of its table that fits
+            # (:func:`search_speed`)
             inter = 0.0
             for nic in nics:
                 rates = [graph.edges[nic, v]["bandwidth_bytes_per_s"]
-                         * link_efficiency(graph.edges[nic, v].get("kind"), facts)
+                         * (1.0 if graph.edges[nic, v].get("kind") in NETWORK_LINK_KINDS
+                            else link_efficiency(graph.edges[nic, v].get("kind"), facts))
                          for v in graph.successors(nic)]
-                inter += min(rates) / 1e9 if rates else 0.0
+                inter += search_speed(min(rates) / 1e9, facts.compute_capability) if rates \
+                    else 0.0
         if facts.nodes > 1:
             channels = min(MAX_CHANNELS, max(2, 2 * len(nics)))
         else:
@@ -365,6 +411,7 @@ class NcclLibrary:
                     if proto == "LL128":
                         cap = v.tree_ll128_channel_cap(gen, slot) * channels
                         bus = min(bus * v.tree_ll128_factor(nodes), cap)
+                    bus *= self._tree_pattern_factor(facts)
                 if algo in ("nvls", "nvls_tree") and v.number >= (2, 28):
                     eff = v.nvls_efficiency[gen]
                     bus = intra_bw * eff * (channels - 1) / channels * 2.0
@@ -386,6 +433,11 @@ class NcclLibrary:
                 algbw = bus * ratio
                 lat, intra_lat, inter_lat = self._latency(algo, proto, p_index, collective,
                                                           nsteps, facts)
+                # the time charged counts the ring's network steps as NCCL 2.23 on does
+                time_lat = (self._latency(algo, proto, p_index, collective, nsteps, facts,
+                                          tuner=False)[0]
+                            if algo == "ring" and v.inter_steps_all_nodes and nodes > 1
+                            else lat)
                 steps_lat = lat - v.base_latency_us[algo][p_index] if algo != "nvls" else 0.0
                 algbw_eff = algbw
                 log_size = int(math.floor(math.log2(size_bytes >> 6))) if size_bytes >= 64 \
@@ -403,11 +455,14 @@ class NcclLibrary:
                 if (algo == "ring" and proto == "Simple" and nodes > 1
                         and collective == "allreduce" and self._plateau(size_bytes, n, channels)):
                     lat *= v.plateau[0 if facts.compute_capability < 80 else 1]
+                    time_lat *= v.plateau[0 if facts.compute_capability < 80 else 1]
                 lat *= self.scale["latency"]
+                time_lat *= self.scale["latency"]
                 algbw_eff *= self.scale["bandwidth"]
                 time_us = lat + size_bytes / (1000.0 * algbw_eff * tuner_only)
                 out.append(Candidate(algo, proto, channels, lat, bus, algbw_eff, time_us,
-                                     intra_lat, inter_lat, algo_wire, steps_lat, nsteps))
+                                     intra_lat, inter_lat, algo_wire, steps_lat, nsteps,
+                                     None if time_lat == lat else time_lat))
         out.sort(key=lambda c: c.predicted_time_us)
         return out
 
@@ -444,8 +499,16 @@ class NcclLibrary:
             return False
         return facts.generation in self.version.ll128_generations
 
-    def _latency(self, algo, proto, p, collective, nsteps, facts):
-        """(total latency, intra step, inter step) in us, as ``ncclTopoTuneModel``."""
+    def _latency(self, algo, proto, p, collective, nsteps, facts, tuner: bool = True):
+        """(total latency, intra step, inter step) in us, as ``ncclTopoTuneModel``.
+
+        ``tuner=False`` gives the latency the call's time is charged, which differs in one
+        place: a multi-machine all-reduce ring's network steps. NCCL 2.12 to 2.22 count
+        ``2 x nNodes`` of them (``nInterSteps``, v2.12.12-1:114 to v2.22.3-1:161; NCCL
+        2.22.3's own predictions in NVIDIA/nccl issue #1453 carry them), 2.10 and 2.23 on
+        ``2 x (nNodes - 1)`` (v2.23.4-1:258). The kernels' ring did not change between 2.22
+        and 2.23; the tuner's choice keeps its release's count and the time the newer one
+        (docs/validation/sources.md, "NCCL 2.22's tuner, printed")."""
         v = self.version
         nodes, ppn = facts.nodes, facts.ranks_per_node
         hw = v.hw_latency_us
@@ -465,7 +528,7 @@ class NcclLibrary:
                 # NCCL 2.5 and 2.6 charge every step the latency of the slowest link class.
                 intra = inter = hw["net" if nodes > 1 else facts.intra_hw]["ring"][p]
             n_inter = 0 if nodes == 1 else (
-                (2 * nodes if v.inter_steps_all_nodes else 2 * (nodes - 1))
+                (2 * nodes if v.inter_steps_all_nodes and tuner else 2 * (nodes - 1))
                 if collective == "allreduce" else nodes - 1)
             lat += (nsteps - n_inter) * intra + n_inter * inter
         elif algo == "tree":
@@ -701,7 +764,7 @@ class NcclLibrary:
         wire_scale = c.busbw_GBps / c.wire_busbw_GBps if c.wire_busbw_GBps > 0 else 1.0
         scale = wire_scale * self.scale["bandwidth"]
         path: DataPath | None = None
-        fixed = c.latency_us * 1e-6
+        fixed = c.charged_latency_us * 1e-6
         options: dict = {}
         helpers: tuple = ()
         slices = None
@@ -733,13 +796,13 @@ class NcclLibrary:
                                                          collective=collective) * 1e9
             intra_lat = c.intra_latency_us * lat_scale * syncs
             inter_lat = intra_lat
-            fixed = (c.latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
+            fixed = (c.charged_latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
             options["barriers"] = True
             if collective in ("broadcast", "reduce"):
                 # NCCL pipelines the chain in protocol steps: the engine slices it finely and
                 # NCCL's chain latency is charged once.
                 intra_lat = inter_lat = 0.0
-                fixed = c.latency_us * 1e-6
+                fixed = c.charged_latency_us * 1e-6
                 options.pop("barriers")
                 slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // TREE_SEGMENT_BYTES)))
         elif c.algorithm == "tree":
@@ -749,7 +812,7 @@ class NcclLibrary:
             # different NICs), finely pipelined, at the protocol's rate times NCCL's measured
             # tree correction for this size (treeCorrectionFactor).
             intra_lat = inter_lat = 0.0
-            fixed = c.latency_us * 1e-6
+            fixed = c.charged_latency_us * 1e-6
             scale *= c.algbw_GBps / (c.busbw_GBps * 0.5 * self.scale["bandwidth"])
             local = max(1, int(facts.ranks_per_node))
             tree_channels = min(c.channels, local)
@@ -786,7 +849,7 @@ class NcclLibrary:
             # fabric switch sums every block, intra-machine all-gather) pipelined in NCCL's
             # CollNet chunks; NCCL's latency once.
             intra_lat = inter_lat = 0.0
-            fixed = c.latency_us * 1e-6
+            fixed = c.charged_latency_us * 1e-6
             local = max(1, int(facts.ranks_per_node))
             options.update(local_ranks=local)
             slices = max(1, min(MAX_TREE_SEGMENTS, -(-int(size_bytes) // (
@@ -798,7 +861,7 @@ class NcclLibrary:
             # NVLink rates x NCCL's NVLS efficiency, pipelined in NVLS chunks, NCCL's latency
             # once.
             intra_lat = inter_lat = 0.0
-            fixed = c.latency_us * 1e-6
+            fixed = c.charged_latency_us * 1e-6
             local = max(1, int(facts.ranks_per_node))
             options.update(local_ranks=local, loops=max(1, min(
                 MAX_TREE_SEGMENTS, -(-int(size_bytes) // (local * NVLS_CHUNK_BYTES)))))
@@ -829,6 +892,24 @@ class NcclLibrary:
                            **({"net_messages_us": messages_s * 1e6} if messages_s else {}),
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
+
+    def _tree_pattern_factor(self, facts: MachineFacts) -> float:
+        """The share of a tree's bus bandwidth NCCL's tuner keeps for the pattern its search
+        ended on: :data:`TREE_PATTERN_FACTOR` for the plain ``NCCL_TOPO_PATTERN_TREE`` (all of a
+        channel's network traffic in and out of one GPU), 1 for the balanced and split trees
+        (``tuning.cc`` ``if (a == NCCL_ALGO_TREE && ... pattern == NCCL_TOPO_PATTERN_TREE)
+        busBw *= .85``, v2.18.3-1 to 2.30.7). The search takes the plain tree whenever a
+        machine has one GPU (``search.cc`` ``if (ngpus == 1) ... pattern =
+        NCCL_TOPO_PATTERN_TREE``), and on Hopper and later GPUs when the balanced tree's
+        search falls short (``if (ccMin >= 90 && tmpGraph.pattern ==
+        NCCL_TOPO_PATTERN_BALANCED_TREE)``), which depends on the machine: the topology's
+        ``tree_pattern`` parameter says so (NCCL prints it: ``NCCL INFO Pattern 3, ...``)."""
+        if self.version.number < (2, 18) or facts.nodes < 2:
+            return 1.0
+        if facts.local_ranks_min <= 1 or (facts.tree_pattern == "tree"
+                                          and facts.compute_capability >= 90):
+            return TREE_PATTERN_FACTOR
+        return 1.0
 
     def _channel_busbw(self, facts: MachineFacts, protocol: str, algorithm: str = "ring",
                        collective: str = "allreduce") -> float:

@@ -96,10 +96,10 @@ class NcclVersion:
     inter_steps_all_nodes : bool
         2.12 to 2.22 count ``2 x nNodes`` network steps in an all-reduce ring (``nNodes > 1 ?
         2*nNodes : 0``, v2.12.12-1:114 .. v2.21.5-1:161), 2.10-2.11 and 2.23 on ``2 x (nNodes -
-        1)`` (v2.23.4-1:258). The 2.21 table (now 2.21 and 2.22; the 2.23 table serves 2.23 and
-        2.24) keeps ``2 x (nNodes - 1)``: with ``2 x nNodes`` the only 2.21 file, the A3 Mega
-        GPUDirect-TCPXO table (NCCL 2.21.5), goes from +3.6 % to +20.2 % below 64 KiB, and the
-        engine charges the tuner's latency as time (docs/validation/sources.md).
+        1)`` (v2.23.4-1:258). The tuner's choice and prediction take the release's count (NCCL
+        2.22.3's printed predictions in NVIDIA/nccl issue #1453 carry ``2 x nNodes``); the time
+        a call is charged takes ``2 x (nNodes - 1)`` in every release
+        (:meth:`simulator.library.nccl.NcclLibrary._latency`).
     ring_latency_slowest_link : bool
         2.5 and 2.6 charge every ring step the latency of the slowest link class
         (``latencies += nsteps*hwLat[hw]``, ``hw`` the network across machines; v2.5.6-2 and
@@ -417,8 +417,8 @@ def _hw_latency_221(tree_simple_intra: float, tree_simple_net: float,
 _add(NcclVersion(
     name="2.21", source="NVIDIA/nccl v2.21.5-1 src/graph/tuning.cc (baseLat, hwLat, llMaxBws, "
     "perChMax*Bws, nvlsEfficiency, treeCorrectionFactor; ring LL x0.5); v2.22.3-1 the same. Its "
-    "nInterSteps is 2 x nNodes (:161); the table keeps 2 x (nNodes - 1), see "
-    "docs/validation/sources.md",
+    "nInterSteps is 2 x nNodes (:161), as NCCL 2.22.3's printed predictions carry (NVIDIA/nccl "
+    "issue #1453); the time charged counts 2 x (nNodes - 1), see NcclLibrary._latency",
     base_latency_us=_lat((6.8, 14.0, 0.0), (6.6, 14.0, 8.4)),
     hw_latency_us=_hw_latency_221(tree_simple_intra=28, tree_simple_net=28),
     ll_max_busbw={**_LL_MAX_212, "hopper": (141.0, 45.0, 35.0)},
@@ -426,7 +426,7 @@ _add(NcclVersion(
     per_channel_tree_ll128=_PER_CH_TREE_LL128,
     ll128_generations=("volta", "ampere", "hopper"),
     nvls_efficiency={"hopper": 0.85}, tree_correction=_TREE_CORRECTION,
-    ring_ll128_one_rank_factor=0.7,
+    ring_ll128_one_rank_factor=0.7, inter_steps_all_nodes=True,
 ))
 # NCCL 2.23 re-costed the Simple tree and the network steps (git diff v2.22.3-1 v2.23.4-1 --
 # src/graph/tuning.cc): baseLat[Tree][Simple] 0 -> 8.4; hwLat[NVLINK|PCI][Tree][Simple]
