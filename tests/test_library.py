@@ -16,7 +16,8 @@ from simulator.collective import run_collective
 from simulator.errors import ConfigError
 from simulator.library import default_library, get_library, parse_launch
 from simulator.library.launch import Launch, launch_from_notes
-from simulator.library.machine import machine_facts
+from simulator.library.datapath import LL128_RING_CHANNEL_RATE
+from simulator.library.machine import machine_facts, node_index_slot
 from simulator.library.nccl_constants import DEFAULT_VERSION, get_version, release_number
 from simulator.schedules import make_schedule
 from simulator.schedules.double_tree import channel_trees
@@ -105,9 +106,16 @@ def test_ll128_ring_with_one_gpu_per_machine(version, factor):
     """``busBw * (ppn < 2 ? 0.7 : 0.92)`` for LL128 rings (v2.10.3-1:129 .. v2.21.5-1:181; 2.23
     on keeps 0.92 whatever the GPUs per machine)."""
     one = load_topology("dgx-a100-2node", {"gpus_per_node": 1})
-    ll128 = _cand(get_library("nccl", version=version), one, 1 << 30, 2, "ring", "LL128")
-    assert ll128.busbw_GBps == pytest.approx(
-        min(ll128.wire_busbw_GBps, 235.0 if version == "2.10" else float("inf")) * factor)
+    lib = get_library("nccl", version=version)
+    ll128 = _cand(lib, one, 1 << 30, 2, "ring", "LL128")
+    # one GPU a machine: its PCIe link (NCCL's 24 GB/s) carries every channel, so one
+    per_channel = lib.version.ring_ll128_channel_cap("allreduce", "ampere", node_index_slot(2))
+    assert ll128.channels == 1 and ll128.wire_busbw_GBps == pytest.approx(24.0)
+    assert ll128.busbw_GBps == pytest.approx(min(
+        min(ll128.wire_busbw_GBps, 235.0 if version == "2.10" else float("inf")) * factor,
+        per_channel * ll128.channels))
+    assert (ll128.busbw_GBps < ll128.wire_busbw_GBps * 0.92) == (factor < 0.92 or per_channel
+                                                                 < 24.0 * 0.92)
 
 
 @pytest.mark.parametrize("version, cap", [("2.10", 235.0), ("2.12", 235.0), ("2.14", 235.0),
@@ -131,7 +139,7 @@ def test_tree_correction_from_nccl_210(version):
 
 @pytest.mark.parametrize("version, below, at", [
     ("2.12", 32 << 10, 64 << 10),     # nBytes >= nRanks / 16 x 64 KiB: 16 ranks -> 64 KiB
-    ("2.30", 16 << 10, 32 << 10),     # nBytes / (32 run-time channels x 16 ranks) >= 64
+    ("2.30", 8 << 10, 16 << 10),      # nBytes / (16 run-time channels x 16 ranks) >= 64
 ])
 def test_ring_plateau_starts_where_nccl_says(version, below, at):
     lib = get_library("nccl", version=version)
@@ -190,13 +198,22 @@ def test_multi_node_ring_is_nccls_prediction(size):
     """Across machines the engine runs the ring bulk-synchronously: NCCL's latency plus the
     bytes at the bottleneck's rate, which on two DGX A100 is NCCL's own prediction, plus the
     data path's extra wait/post rounds: every ring step pays the intra-node step latency once
-    per slice of every loop (simulator/library/datapath.py), where the tuner charges it once."""
+    per slice of every loop (simulator/library/datapath.py), where the tuner charges it once.
+    LL128 (4 and 16 MiB) runs on NCCL's 16 channels at the share of the tuner's rate one A100
+    LL128 channel moves (datapath.LL128_RING_CHANNEL_RATE), which binds below the network."""
     run = run_collective(A100_2, "allreduce", "ring", size, gpus=16, library="nccl",
                          launch="none", engine="event")
     notes = run.plan.notes
     syncs = notes["dp_syncs_per_step"]
     extra = 30 * notes["intra_step_us"] * (syncs - 1) / syncs * 1e-6     # 2(16-1) steps
-    assert run.row["time_s"] == pytest.approx(run.plan.predicted_time_s + extra, rel=2e-3)
+    expected = run.plan.predicted_time_s + extra
+    if run.row["protocol"] != "LL128":
+        assert run.row["time_s"] == pytest.approx(expected, rel=2e-3)
+    else:
+        latency = run.plan.fixed_time_s + 30 * notes["intra_step_us"] * 1e-6
+        assert expected < run.row["time_s"]
+        assert run.row["time_s"] - latency <= (expected - latency) / LL128_RING_CHANNEL_RATE[
+            "ampere"] * 1.01
 
 
 def test_ring_barriers_keep_the_sum_and_synchronise_steps():

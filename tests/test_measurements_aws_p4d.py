@@ -96,10 +96,11 @@ def test_fitted_message_costs_on_the_p4de_table_and_the_dlami_check():
     result, check = _errors(DLAMI, {"nodes": 2}, 0, 1 << 20)
     assert abs(check.mean()) < 10 and check.abs().mean() < 10           # check: 8.3 / -7.0
     assert set(result["simulated_protocol"]) == {"Simple"}
-    # still open (recorded): the DLAMI run's 1 - 8 MiB rows are 20 - 41 % slower than modelled
-    # (26 - 56 % before a tree's transfers inside a machine moved at one channel's speed)
+    # still open (recorded): the DLAMI run's 1 - 8 MiB rows are 17 - 28 % slower than modelled
+    # (20 - 41 % before the channels came from NCCL's graph search, 26 - 56 % before a tree's
+    # transfers inside a machine moved at one channel's speed)
     _, mid = _errors(DLAMI, {"nodes": 2}, 1 << 20, 16 << 20)
-    assert mid.mean() < -25
+    assert mid.mean() < -15
 
 
 def test_the_message_latency_moves_a_small_call_by_its_network_steps(monkeypatch):

@@ -21,11 +21,11 @@ DATA = Path(__file__).parent / "data" / "measurements"
 STANDINGS = [
     ("nccl_jzhang_azure_ndmv4_a100_2node_ib.csv", "dgx-a100",
      {"nodes": 2, "gpu": "a100-sxm4-80gb"},
-     {"<64KiB": (-35, -25), "64KiB-1MiB": (-29, -20), ">=1MiB": (-29, -20)}),
+     {"<64KiB": (-35, -25), "64KiB-1MiB": (-31, -22), ">=1MiB": (-14, -5)}),
     ("nccl_vpbench_h100_1node_g8.csv", "hgx-h100", {},
-     {"<64KiB": (-3, 4), "64KiB-1MiB": (-4, 3), ">=1MiB": (5, 12)}),
+     {"<64KiB": (-3, 4), "64KiB-1MiB": (0, 8), ">=1MiB": (5, 12)}),
     ("nccl_vpbench_h100_4node_ib.csv", "hgx-h100", {"nodes": 4},
-     {"<64KiB": (-16, -9), "64KiB-1MiB": (11, 19), ">=1MiB": (-19, -12)}),
+     {"<64KiB": (-16, -9), "64KiB-1MiB": (12, 20), ">=1MiB": (-7, 0)}),
     ("nccl_clustertoolkit_a3mega_gke_tcpxo_2node_allgather.csv", "gcp-a3-mega", {"nodes": 2},
      {"<64KiB": (-52, -44), "64KiB-1MiB": (-63, -55), ">=1MiB": (-28, -20)}),
     ("nccl_aicp_a3high_2node_tcpx_ring_simple.csv", "gcp-a3-mega",
@@ -72,23 +72,24 @@ def test_p5_from_2_to_32_machines_grows_too_fast_with_scale():
     """With aws-ofi-nccl's region tuner choosing from 4 machines on (as the run's
     NCCL_TUNER_PLUGIN did), the simulator reaches p5's bus bandwidth at smaller sizes than the
     machines do, more so the more machines: over 32 MiB - 8 GiB it is 12 % too fast on 2
-    machines and 33 % on 32; at 4 - 8 GiB it is within 13 % everywhere (not explained)."""
+    machines and 24 % on 32 (33 % before the channels came from NCCL's graph search); at 4 -
+    8 GiB it is within 13 % everywhere (not explained)."""
     summary = _bands("nccl_crazyguitar_p5_2to32node_efa_allreduce.csv", "aws-p5", {"nodes": 32})
     by_gpus = summary["gpus"].set_index("gpus")["bias_pct"]
     assert list(by_gpus.index) == [16, 32, 64, 128, 256]
-    assert -15 < by_gpus[16] < -9 and -36 < by_gpus[256] < -29
-    assert by_gpus[256] < by_gpus[64] < by_gpus[16]
+    assert -15 < by_gpus[16] < -9 and -27 < by_gpus[256] < -20
+    assert by_gpus[256] < by_gpus[128] < by_gpus[64]
     points = compare(read_measurements(DATA / "nccl_crazyguitar_p5_2to32node_efa_allreduce.csv"),
                      load_topology("aws-p5", {"nodes": 32}))
     large = points[points["size_bytes"] >= 4 << 30]
     assert large["error_pct"].abs().max() < 13.5
 
 
-@pytest.mark.parametrize("collective, at_16, at_256", [("allgather", (-21, -15), (-38, -32)),
+@pytest.mark.parametrize("collective, at_16, at_256", [("allgather", (-13, -6), (-31, -24)),
                                                        ("alltoall", (-25, -18), (-41, -35))])
 def test_p5_all_gather_and_all_to_all_are_too_fast_more_so_at_scale(collective, at_16, at_256):
-    """The same machines' all-gather and all-to-all (32 MiB - 2 GiB): 18 and 22 % too fast on 2
-    machines, 35 and 38 % on 32, as the all-reduce."""
+    """The same machines' all-gather and all-to-all (32 MiB - 2 GiB): 10 and 22 % too fast on 2
+    machines, 27 and 38 % on 32, as the all-reduce."""
     summary = _bands(f"nccl_crazyguitar_p5_2to32node_efa_{collective}.csv", "aws-p5",
                      {"nodes": 32})
     by_gpus = summary["gpus"].set_index("gpus")["bias_pct"]

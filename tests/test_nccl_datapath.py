@@ -167,9 +167,10 @@ def test_small_simple_ring_pays_one_sync_a_step_and_large_two():
 def test_channel_rate_caps_every_gpus_links_across_machines_too():
     """A channel is one thread block wherever its ring goes: across two DGX A100 a 64 KiB LL
     ring runs on 1 channel (512 threads x 8 B x 16 ranks = 64 KiB per channel), and every link
-    out of a GPU carries at most that channel's rate: the search's 20 GB/s per channel on
-    Ampere x NCCL 2.30's LL factor 1/2, halved by the runtime doubling = 5 GB/s. The NICs'
-    links keep the tuner's rate; a 2-channel call (128 KiB) gets twice the cap."""
+    out of a GPU carries at most that channel's rate: the search's 24 GB/s per channel across
+    machines (each 200 Gb/s NIC's channel, NcclLibrary._search) x NCCL 2.30's LL factor 1/2,
+    halved by the runtime doubling = 6 GB/s. The NICs' links keep the tuner's rate; a
+    2-channel call (128 KiB) gets twice the cap."""
     one = run_collective(A100_2, "allreduce", "ring", 64 << 10, gpus=16, library="nccl",
                          protocol="LL", launch="none", engine="event")
     two = run_collective(A100_2, "allreduce", "ring", 128 << 10, gpus=16, library="nccl",
@@ -183,31 +184,32 @@ def test_channel_rate_caps_every_gpus_links_across_machines_too():
         edge = next((a, b) for a, b, k in graph.edges(data="kind") if k == "nvswitch")
         tuner_rate = (A100_2.edges[edge]["bandwidth_bytes_per_s"] * 0.8 * cand.busbw_GBps
                       / cand.wire_busbw_GBps)
-        assert tuner_rate > 2 * 5e9                 # the cap binds, the tuner's rate does not
-        assert graph.edges[edge]["bandwidth_bytes_per_s"] == pytest.approx(channels * 5e9,
+        assert tuner_rate > 2 * 6e9                 # the cap binds, the tuner's rate does not
+        assert graph.edges[edge]["bandwidth_bytes_per_s"] == pytest.approx(channels * 6e9,
                                                                            rel=1e-12)
         nic = next((a, b) for a, b, k in graph.edges(data="kind")
                    if k in ("ib", "ethernet") and graph.nodes[a].get("kind") == "nic")
         nic_rates.append(graph.edges[nic]["bandwidth_bytes_per_s"])
     assert nic_rates[0] == nic_rates[1]             # the channels do not change the NICs'
     # the same 64 KiB with the cap lifted (a forced 32-channel call is not possible, so
-    # compare against the bytes): one channel's steps take 2 KiB / 5 GB/s more than 32 KiB's
+    # compare against the bytes): one channel's steps take 2 KiB / 6 GB/s more than 32 KiB's
     half = run_collective(A100_2, "allreduce", "ring", 32 << 10, gpus=16, library="nccl",
                           protocol="LL", launch="none", engine="event")
     assert half.row["channels"] == 1
-    assert one.row["time_s"] - half.row["time_s"] > 28 * (1024 / 5e9)
+    assert one.row["time_s"] - half.row["time_s"] > 28 * (1024 / 6e9)
 
 
 def test_tree_channels_move_at_one_channels_rate():
-    """Two DGX A100, a 16 KiB LL tree: NCCL runs it on 4 of its 32 runtime channels (512
-    threads x 8 B = 4 KiB each); every GPU's links carry at most 4 x 20 GB/s x 0.92 (the tree
-    factor) x 1/3.8 (LL on trees) / 2."""
+    """Two DGX A100, a 16 KiB LL tree: NCCL runs it on 4 of its 16 runtime channels (512
+    threads x 8 B = 4 KiB each); every GPU's links carry at most 4 x min(30 GB/s (a two-machine
+    tree channel's speed, NcclLibrary._search) x 0.92 (the tree factor), 23.6 (Ampere's
+    perChMaxTreeBw on two machines)) x 1/3.8 (LL on trees) / 2."""
     run = run_collective(A100_2, "allreduce", "tree", 16 << 10, gpus=16, library="nccl",
                          protocol="LL", launch="none", engine="event")
     graph = run.plan.graph
     edge = next((a, b) for a, b, k in graph.edges(data="kind") if k == "nvswitch")
     assert graph.edges[edge]["bandwidth_bytes_per_s"] == pytest.approx(
-        4 * 20e9 * 0.92 / 3.8 / 2, rel=1e-12)
+        4 * min(30e9 * 0.92, 23.6e9) / 3.8 / 2, rel=1e-12)
 
 
 @pytest.mark.parametrize("graph, gpus, size, protocol", [
@@ -353,7 +355,8 @@ def test_simple_tree_chunks_shrink_with_depth_from_2_6_to_2_19(release, size, ch
 
 def test_tree_transfers_inside_a_machine_move_at_one_channels_speed():
     """Two p4d over EFA, 4 MiB on Simple trees: the plan caps every GPU-to-GPU transfer of a
-    machine at the search's per-channel speed (A100: 20 GB/s x 0.92 tree factor); chunks store
+    machine at the search's per-channel speed (two p4d: the tree raises its channels from the
+    NICs' 12 GB/s to 24 inside the machines, x 0.92 tree factor); chunks store
     and forward whole (one 512 KiB FIFO step, 256 KiB per tree here), so with the cap the call
     is much slower than with the links shared freely, while at 1 GiB (pipelined, every
     channel busy) the cap changes little."""
@@ -365,7 +368,7 @@ def test_tree_transfers_inside_a_machine_move_at_one_channels_speed():
     for size in (4 << 20, 1 << 30):
         plan = lib.plan(graph, "allreduce", "auto", size, 16)
         assert plan.label == "tree" and plan.protocol == "Simple"
-        assert plan.options["local_flow_cap_bytes_per_s"] == pytest.approx(20e9 * 0.92)
+        assert plan.options["local_flow_cap_bytes_per_s"] == pytest.approx(24e9 * 0.92)
         free = dict(plan.options)
         del free["local_flow_cap_bytes_per_s"]
         times[size] = [run(plan.graph, "allreduce", plan.algorithm, size, gpus=16,
@@ -445,13 +448,13 @@ def test_ll128_rate_fits_its_rows_and_helps_the_files_it_was_not_fitted_to():
 def test_nccl_229_corrects_the_nvls_tree_on_blackwell_x86_in_its_choice_only():
     """v2.29.2-1 tuning.cc:595: ``treeCorrectionFactor`` on the NVLS tree's all-reduce for
     Blackwell on x86 (not in 2.28): NCCL's tuner takes LL128 trees where 2.28 took NVLS trees
-    (16 MiB on two B200 machines, Simple row x.7 at log2(16 MiB / 64) = 18); the NVLS tree's
-    own run time is untouched."""
+    (1 MiB on two B200 machines; the Simple row x.7 at log2(16 MiB / 64) = 18 checked below);
+    the NVLS tree's own run time is untouched."""
     from simulator.library import get_library
     from simulator.topology import load_topology
 
     graph = load_topology("hgx-b200", {"nodes": 2})
-    picks = {v: get_library("nccl", version=v).plan(graph, "allreduce", "auto", 16 << 20, 16)
+    picks = {v: get_library("nccl", version=v).plan(graph, "allreduce", "auto", 1 << 20, 16)
              for v in ("2.28", "2.30")}
     assert picks["2.28"].label == "nvls_tree"
     assert (picks["2.30"].label, picks["2.30"].protocol) == ("tree", "LL128")

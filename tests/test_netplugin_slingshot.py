@@ -143,8 +143,9 @@ def test_large_messages_pay_the_framing_not_the_latency():
     _, roce_bw = _time_us("roce", 2, "ring", 1 << 30, "Simple", **slow_nic)
     assert 0 < rdzv_t - eager_t < 1e-3 * eager_t
     assert roce_bw / eager_bw == pytest.approx(ROCE_EFF / CXI_EFF, rel=2e-3)
-    # all four NICs carry the rings: close to (and below) 4 x 12.5 GB/s x the framing
-    assert eager_bw == pytest.approx(4 * 12.5 * CXI_EFF, rel=0.03)
+    # all four NICs carry the rings: close to (and below) 4 x 12.5 GB/s x the framing (NCCL's
+    # search runs each NIC's channel at 12 GB/s, so the channels carry at most 4 x 12)
+    assert eager_bw == pytest.approx(4 * 12.5 * CXI_EFF, rel=0.05)
     assert eager_bw < 4 * 12.5 * CXI_EFF
 
 

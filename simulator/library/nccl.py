@@ -90,10 +90,11 @@ SCHEDULE = {"ring": "ring", "tree": "double_binary_tree", "nvls": "nvls_tree",
 #: Collectives whose ring NCCL runs through the data path of :mod:`simulator.library.datapath`.
 DATAPATH_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
 
-#: Bus bandwidth NCCL's graph search gives one channel, GB/s: the fastest entries NCCL's search
-#: tries inside a machine (``speedArrayIntra`` starts at 40, ``sm90SpeedArrayIntra`` at 60 in
-#: ``src/graph/search.cc``); the count of channels follows as total / per-channel, at least 2,
-#: at most ``MAXCHANNELS`` 32. Across machines NCCL runs two channels per NIC.
+#: Bus bandwidth NCCL's graph search gives one channel on a single machine without NVSwitch
+#: (PCIe, NVLink meshes and rings), GB/s; the count of channels follows as total / per-channel,
+#: at least 2, at most ``MAXCHANNELS`` 32. NVSwitch machines and machines joined by a network
+#: take the search's own answer (:meth:`NcclLibrary._search`: :func:`nvswitch_search`, one
+#: channel per NIC at :func:`search_speed`).
 CHANNEL_SPEED = {"volta": 20.0, "ampere": 20.0, "hopper": 40.0, "blackwell": 40.0}
 MAX_CHANNELS = 32
 MAX_TREE_SEGMENTS = 64
@@ -138,6 +139,8 @@ class Candidate:
     #: The latency the call's time is charged (us) where it differs from the tuner's
     #: ``latency_us`` (see :meth:`NcclLibrary._latency`); None: the tuner's.
     time_latency_us: float | None = None
+    #: The bandwidth NCCL's graph search gives one of its channels, GB/s (NcclLibrary._search).
+    channel_speed_GBps: float = 0.0
 
     @property
     def charged_latency_us(self) -> float:
@@ -165,6 +168,76 @@ SEARCH_SPEEDS_INTER_SM90 = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5
 
 #: Relative slack for :func:`search_speed` (rounded preset bandwidths).
 SEARCH_SPEED_SLACK = 0.01
+
+
+#: The speeds NCCL's graph search tries for a channel inside a machine, fastest first, GB/s
+#: (``speedArrayIntra``, ``sm90SpeedArrayIntra``; ``sm100SpeedArrayIntra`` from 2.25, which
+#: 2.27 extends by 18 and 2.29 by 45: ``src/graph/search.cc`` v2.18.3-1 .. 2.30.7).
+SEARCH_SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+SEARCH_SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+SEARCH_SPEEDS_INTRA_SM100 = (
+    ((2, 29), (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)),
+    ((2, 27), (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)),
+    ((2, 25), (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0)),
+)
+
+
+def intra_search_speeds(compute_capability: int, release: tuple) -> tuple:
+    """The intra-machine speed table NCCL ``release`` searches with on these GPUs."""
+    if compute_capability >= 100:
+        for first, table in SEARCH_SPEEDS_INTRA_SM100:
+            if tuple(release) >= first:
+                return table
+    return SEARCH_SPEEDS_INTRA_SM90 if compute_capability >= 90 else SEARCH_SPEEDS_INTRA
+
+
+def dup_channels(channels: int, speed: float, compute_capability: int,
+                 max_channels: int) -> tuple[int, float]:
+    """``ncclTopoDupChannels`` (``search.cc``): a search ending at 25 GB/s a channel or more
+    doubles its channels at half the speed, except on GPUs above compute capability 8.0
+    running more than 4 channels below 50 GB/s; at most the search's ``max_channels``."""
+    if speed < 25.0 or (compute_capability > 80 and speed < 50.0 and channels > 4):
+        return channels, speed
+    doubled = min(2 * channels, max_channels)
+    return doubled, speed / math.ceil(doubled / channels)
+
+
+def nvswitch_search(total_GBps: float, compute_capability: int, release: tuple,
+                    max_channels: int) -> tuple[int, float]:
+    """(channels, GB/s each) of NCCL's ring search on one NVSwitch machine whose GPUs each
+    reach the switch at ``total_GBps`` (``ncclTopoCompute``): the first speed of the table not
+    above it, as many channels as fit at that speed, :func:`dup_channels`, then pass 2 raises
+    the speed while the channels still fit. 8 H100 (370.8 GB/s): 6 x 60 -> 12 x 30 (NCCL
+    runs twice that, 24: ``channel{Lo..Hi}={0..23}`` in NCCL 2.30.7's printed choices for
+    8 H100, rakshithvasudev.github.io "Inside NCCL's all-reduce"); 8 A100 (240): 6 x 40 ->
+    12 x 20; 8 B200 (721.8): 8 x 90 -> 16 x 45."""
+    table = intra_search_speeds(compute_capability, release)
+    room = total_GBps * (1 + SEARCH_SPEED_SLACK)
+    first = next((speed for speed in table if speed <= room), table[-1])
+    channels = max(1, min(max_channels, int(room // first)))
+    channels, speed = dup_channels(channels, first, compute_capability, max_channels)
+    for faster in sorted(s for s in table if s > speed):
+        if channels * faster > room:
+            break
+        speed = faster
+    return channels, speed
+
+
+def tree_speed_two_machines(speed: float, channels: int, intra_GBps: float,
+                            compute_capability: int) -> float:
+    """A two-machine tree channel's speed inside a machine: NCCL's search (pass 2) raises
+    ``bwIntra`` through its speed table while it is below twice the network's ``speed`` and
+    the GPUs' NVLink still carries the channels (``search.cc`` "increase bwIntra for trees (2
+    nodes or collnet)"): A100 with 200 Gb/s NICs 24 -> 30, p4d 12 -> 24, H100 with 400 Gb/s
+    NICs stays at 48 (the table's first entry)."""
+    table = SEARCH_SPEEDS_INTER_SM90 if compute_capability >= 90 else SEARCH_SPEEDS_INTER
+    room = intra_GBps * (1 + SEARCH_SPEED_SLACK)
+    best = speed
+    for faster in sorted(s for s in table if s > speed):
+        if best >= 2 * speed or faster > room or (channels - 1) * faster > room:
+            break
+        best = faster
+    return best
 
 
 def search_speed(path_GBps: float, compute_capability: int) -> float:
@@ -304,7 +377,22 @@ class NcclLibrary:
     # -- what NCCL's graph search would find -------------------------------------------------
     def _bandwidths(self, graph: nx.DiGraph, gpus: int, facts: MachineFacts):
         """(intra, inter, channels): per-GPU bus bandwidth inside a machine, per-machine
-        network bandwidth (GB/s, NCCL's achievable link rates) and NCCL's channel count."""
+        network bandwidth (GB/s, NCCL's achievable link rates) and NCCL's channel count (the
+        graph search's; it runs twice that). :meth:`_search` adds the speed of a channel."""
+        intra, inter, channels, _, _ = self._search(graph, gpus, facts)
+        return intra, inter, channels
+
+    def _search(self, graph: nx.DiGraph, gpus: int, facts: MachineFacts):
+        """(intra, inter, channels, speed, tree_speed): :meth:`_bandwidths` and the bandwidth
+        NCCL's graph search gives one of its ring and tree channels, GB/s. On one NVSwitch
+        machine that is :func:`nvswitch_search`; across machines each NIC carries one ring
+        channel at :func:`search_speed` (more where the port takes several), no more than
+        the GPUs' NVLink carries (each GPU's NVLink serves the channels whose NIC is not its
+        own), then :func:`dup_channels` (8 NICs of 200 Gb/s: 8 x 24, which NCCL runs as "16
+        coll channels" in NVIDIA/nccl issue #1453). A tree over two machines raises its
+        channels' speed inside the machines up to twice the network's (``search.cc`` "increase
+        bwIntra for trees (2 nodes or collnet)"): :func:`tree_speed_two_machines`. Other
+        machines: ``CHANNEL_SPEED``."""
         eps = endpoints(graph)[:gpus]
         intra = math.inf
         for e in eps[:max(1, int(facts.ranks_per_node))]:
@@ -337,12 +425,47 @@ class NcclLibrary:
                          for v in graph.successors(nic)]
                 inter += search_speed(min(rates) / 1e9, facts.compute_capability) if rates \
                     else 0.0
-        if facts.nodes > 1:
-            channels = min(MAX_CHANNELS, max(2, 2 * len(nics)))
+        cc = facts.compute_capability
+        most = max(1, self.version.max_channels // 2)
+        if facts.nodes > 1 and nics and inter > 0:
+            speed = inter / len(nics)
+            per_nic = [max(1, int(self._nic_rate(graph, nic) * (1 + SEARCH_SPEED_SLACK)
+                                  // speed)) for nic in nics]
+            # the search stops once its channels reach a GPU's total bandwidth (``totalBw``:
+            # its NVLink, or its PCIe without NVLink); a GPU's PCIe link carries the channels
+            # whose NIC is its own, so with one GPU a machine every channel goes through it
+            fit = max(1, math.ceil(intra / speed - SEARCH_SPEED_SLACK))
+            pcie = self._gpu_pcie_rate(graph, eps[0], facts)
+            if pcie:
+                fit = min(fit, max(1, int(max(1.0, facts.ranks_per_node)) * max(
+                    1, int(pcie * (1 + SEARCH_SPEED_SLACK) // speed))))
+            channels = min(most, sum(per_nic), max(1, fit))
+            inter = channels * speed
+            channels, speed = dup_channels(channels, speed, cc, most)
+            tree_speed = (tree_speed_two_machines(speed, channels, intra, cc)
+                          if facts.nodes == 2 else speed)
+            return intra, inter, channels, speed, tree_speed
+        elif facts.nodes == 1 and facts.nvswitch and facts.intra_hw == "nvlink":
+            channels, speed = nvswitch_search(intra, cc, self.release, most)
+            intra = channels * speed
         else:
             speed = CHANNEL_SPEED[facts.generation]
             channels = min(MAX_CHANNELS, max(2, int(math.ceil(intra / speed - 1e-9))))
-        return intra, inter, channels
+        return intra, inter, channels, speed, speed
+
+    @staticmethod
+    def _gpu_pcie_rate(graph: nx.DiGraph, gpu, facts: MachineFacts) -> float:
+        """A GPU's PCIe link at NCCL's PCIe rate, GB/s (0 when it has none)."""
+        rates = [graph.edges[gpu, v]["bandwidth_bytes_per_s"] * PCIE_EFFICIENCY
+                 for v in graph.successors(gpu) if graph.edges[gpu, v].get("kind") == "pcie"]
+        return max(rates) / 1e9 if rates else 0.0
+
+    @staticmethod
+    def _nic_rate(graph: nx.DiGraph, nic) -> float:
+        """A NIC's port rate as NCCL reads it, GB/s (nominal, ``mbps / 8000``)."""
+        rates = [graph.edges[nic, v]["bandwidth_bytes_per_s"] for v in graph.successors(nic)
+                 if graph.edges[nic, v].get("kind") in NETWORK_LINK_KINDS]
+        return min(rates) / 1e9 if rates else 0.0
 
     # -- the tuner ------------------------------------------------------------------------
     def candidates(self, graph: nx.DiGraph, collective: str, size_bytes: int, gpus: int,
@@ -354,7 +477,8 @@ class NcclLibrary:
         if n <= 1:
             return [Candidate("ring", "Simple", 1, 0.0, math.inf, math.inf, 0.0, 0.0, 0.0,
                               math.inf)]
-        intra_bw, inter_bw, channels = self._bandwidths(graph, gpus, facts)
+        intra_bw, inter_bw, channels, channel_speed, tree_speed = self._search(graph, gpus,
+                                                                             facts)
         wire = intra_bw if nodes == 1 else min(intra_bw, inter_bw)
         slot = node_index_slot(nodes)
         gen = facts.generation
@@ -392,8 +516,8 @@ class NcclLibrary:
                 # search keeps bwIntra = bwInter, but a two-machine tree's raises bwIntra up to
                 # twice bwInter (search.cc, "increase bwIntra for trees (2 nodes or collnet)";
                 # v2.9.9 to 2.30.7), so large messages go to the tree there
-                algo_wire = (min(intra_bw, 2.0 * inter_bw) if algo == "tree" and nodes == 2
-                             else wire)
+                algo_wire = (min(intra_bw, channels * tree_speed) if algo == "tree"
+                             and nodes == 2 else wire)
                 bus = min(algo_wire, v.busbw_cap.get(gen, math.inf))
                 if algo == "ring" and proto == "LL":
                     bus = min(ll_max, bus * v.ring_ll_factor_for(collective, nodes))
@@ -462,7 +586,8 @@ class NcclLibrary:
                 time_us = lat + size_bytes / (1000.0 * algbw_eff * tuner_only)
                 out.append(Candidate(algo, proto, channels, lat, bus, algbw_eff, time_us,
                                      intra_lat, inter_lat, algo_wire, steps_lat, nsteps,
-                                     None if time_lat == lat else time_lat))
+                                     None if time_lat == lat else time_lat,
+                                     tree_speed if algo == "tree" else channel_speed))
         out.sort(key=lambda c: c.predicted_time_us)
         return out
 
@@ -792,8 +917,9 @@ class NcclLibrary:
                 # a channel is one thread block moving at most its own rate: the call's
                 # channels carry at most their count of it (NCCL's tuner: bw / nChannels x
                 # channels) out of every GPU, on one machine or across machines
-                channel_cap = used * self._channel_busbw(facts, c.protocol,
-                                                         collective=collective) * 1e9
+                channel_cap = used * self._channel_busbw(
+                    facts, c.protocol, collective=collective,
+                    speed=c.channel_speed_GBps) * 1e9 * self.scale["bandwidth"]
             intra_lat = c.intra_latency_us * lat_scale * syncs
             inter_lat = intra_lat
             fixed = (c.charged_latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
@@ -833,7 +959,9 @@ class NcclLibrary:
                                        facts.ranks, tuned_channels(
                                            runtime_channels(v, c.channels), size_bytes,
                                            threads, threshold))
-            one_channel = self._channel_busbw(facts, c.protocol, "tree") * 1e9
+            one_channel = self._channel_busbw(facts, c.protocol, "tree",
+                                              speed=c.channel_speed_GBps) * 1e9 \
+                * self.scale["bandwidth"]
             channel_cap = runtime * one_channel
             # each tree is one channel, whose thread block copies every chunk between two GPUs
             # of a machine: one such transfer moves at most the graph search's per-channel
@@ -912,10 +1040,11 @@ class NcclLibrary:
         return 1.0
 
     def _channel_busbw(self, facts: MachineFacts, protocol: str, algorithm: str = "ring",
-                       collective: str = "allreduce") -> float:
+                       collective: str = "allreduce", speed: float | None = None) -> float:
         """Bus bandwidth one channel (one thread block) of ``algorithm`` moves, GB/s: half the
-        graph search's per-channel bandwidth of the generation (each search channel becomes
-        two, ``connect.cc``), times the protocol's factors and per-channel caps of NCCL's tuner
+        graph search's per-channel bandwidth ``speed`` (:meth:`_search`; the generation's
+        ``CHANNEL_SPEED`` when not given; each search channel becomes two, ``connect.cc``),
+        times the protocol's factors and per-channel caps of NCCL's tuner
         for the communicator's machine count (``tuning.cc``: ring LL ``x ring_ll_factor``, ring
         LL128 ``min(x ring_ll128_factor, perChMaxRingLL128Bw)``; tree ``min(x tree_factor,
         perChMaxTreeBw)``, LL on top ``x tree_ll_factor``, LL128 ``min(x`` the version's
@@ -925,7 +1054,7 @@ class NcclLibrary:
         (:data:`~simulator.library.datapath.LL128_RING_CHANNEL_RATE`, fitted on A100)."""
         v = self.version
         gen, slot = facts.generation, node_index_slot(facts.nodes)
-        speed = CHANNEL_SPEED[gen]
+        speed = speed or CHANNEL_SPEED[gen]
         if algorithm == "tree":
             speed = min(speed * v.tree_factor, per_channel_cap(v.per_channel_tree, gen, slot))
             if protocol == "LL":

@@ -281,9 +281,11 @@ EFA_EAGER_MAX_BYTES = 8192
 #: source gives it. **Fitted**: least |mean signed error| on a 1 us grid over the 16 KiB -
 #: 512 KiB rows of the same p4de file, with :data:`EFA_P4D_MESSAGE_LATENCY_US` fixed (-0.2 %);
 #: the DLAMI table's same rows check it (-6.1 %). Refitted by the same rule when a channel's
-#: rate came to cap a GPU's links across machines (27 -> 25 us), and when a tree's transfers
-#: inside a machine came to move at one channel's speed (25 -> 23 us; docs/validation/sources.md).
-EFA_P4D_READ_EXTRA_US = 23.0
+#: rate came to cap a GPU's links across machines (27 -> 25 us), when a tree's transfers
+#: inside a machine came to move at one channel's speed (25 -> 23 us), and when the channels
+#: came from NCCL's graph search (23 -> 20 us: -0.3 %, the DLAMI check -6.3 %;
+#: docs/validation/sources.md).
+EFA_P4D_READ_EXTRA_US = 20.0
 #: EFA on p4d/p4de runs NCCL's Simple protocol only. aws-ofi-nccl's SENDRECV protocol (the
 #: p4d default) asks libfabric for 128-byte-aligned in-order delivery
 #: (``FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES``), which LL and LL128 need; libfabric
