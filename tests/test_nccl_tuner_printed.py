@@ -117,3 +117,38 @@ def test_ring_time_counts_the_newer_network_steps():
     b = run_collective(graph, "allreduce", "ring", size, library=NcclLibrary(version="2.23"),
                        protocol="Simple", engine="fast")
     assert a.plan.fixed_time_s == pytest.approx(b.plan.fixed_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", ["hgx-h100", "hgx-h200"])
+def test_one_hopper_machine_runs_nccls_channels_and_choices(preset):
+    """NCCL 2.30.7 on one machine of 8 H100 (and 8 H200, "decides identically"), as printed
+    with NCCL_DEBUG_SUBSYS=TUNING in rakshithvasudev.github.io "Inside NCCL's all-reduce"
+    (2026-08-02): ``4096 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}``, ``1048576
+    Bytes -> Algo RING proto LL channel{Lo..Hi}={0..23}``, ``2097152 Bytes -> Algo NVLS proto
+    SIMPLE``; "ring with LL up to 1 MiB, then straight to the switch from 2 MiB on", no tree,
+    no LL128. The search: 6 channels at 60 GB/s, doubled to 12 at 30, run as 24."""
+    graph = load_topology(preset, {})
+    lib = NcclLibrary(version="2.30")
+    for size in (256, 4096, 65536, 1 << 20):
+        best = lib.candidates(graph, "allreduce", size, 8)[0]
+        assert (best.algorithm, best.protocol) == ("ring", "LL"), size
+    for size in (2 << 20, 64 << 20, 4 << 30):
+        best = lib.candidates(graph, "allreduce", size, 8)[0]
+        assert (best.algorithm, best.protocol) == ("nvls", "Simple"), size
+    channels = {size: run_collective(graph, "allreduce", "auto", size, library=lib,
+                                     engine="fast").plan.notes["dp_channels"]
+                for size in (4096, 1 << 20)}
+    assert channels == {4096: 1, 1 << 20: 24}
+
+
+def test_eight_nics_of_200_gbps_run_sixteen_channels():
+    """nccl#1453's machines (8 x 200 Gb/s NICs): "16 coll channels" (the search's 8, one per
+    NIC at 24 GB/s, doubled at run time); the ring's data path runs on them."""
+    graph = load_topology("hgx-h100", MACHINES)
+    lib = NcclLibrary(version="2.22")
+    facts = machine_facts(graph, 24)
+    intra, inter, channels, speed, _ = lib._search(graph, 24, facts)
+    assert (channels, speed, inter) == (8, 24.0, 192.0)
+    run = run_collective(graph, "allreduce", "ring", 512 << 20, library=lib,
+                         protocol="Simple", engine="fast")
+    assert run.plan.notes["dp_channels_max"] == 16
