@@ -243,7 +243,10 @@ def tree_speed_two_machines(speed: float, channels: int, intra_GBps: float,
 def search_speed(path_GBps: float, compute_capability: int) -> float:
     """The channel speed NCCL's graph search settles on for a path of ``path_GBps`` to a NIC:
     the fastest of its speed table not above it (``while (speedArray[speedIndex] > maxBw
-    ...) speedIndex++``; ``search.cc``), the slowest entry at least. NCCL 2.22.3's printed
+    ...) speedIndex++``; ``search.cc``), the slowest entry at least. Blackwell's own table
+    (``sm100SpeedArrayInter``, 2.25 on) is Hopper's up to 48 GB/s except 47.9 in 2.27; its
+    entries above 48 (96, 86, 80 from 2.28, for 800 Gb/s NICs) are not modelled: no preset has
+    such NICs. NCCL 2.22.3's printed
     predictions for 8 x 200 Gb/s NICs (NVIDIA/nccl issue #1453) carry 8 x 24 GB/s. A path within
     :data:`SEARCH_SPEED_SLACK` below an entry takes it: NCCL reads its PCIe rate from the
     link's generation and width (Gen4 x16: exactly 24 GB/s), a preset's PCIe bandwidth is
@@ -386,10 +389,10 @@ class NcclLibrary:
         """(intra, inter, channels, speed, tree_speed): :meth:`_bandwidths` and the bandwidth
         NCCL's graph search gives one of its ring and tree channels, GB/s. On one NVSwitch
         machine that is :func:`nvswitch_search`; across machines each NIC carries one ring
-        channel at :func:`search_speed` (more where the port takes several), no more than
-        the GPUs' NVLink carries (each GPU's NVLink serves the channels whose NIC is not its
-        own), then :func:`dup_channels` (8 NICs of 200 Gb/s: 8 x 24, which NCCL runs as "16
-        coll channels" in NVIDIA/nccl issue #1453). A tree over two machines raises its
+        channel at :func:`search_speed` (more where the port takes several) until the channels
+        reach a GPU's total bandwidth (NVLink, or PCIe without it; one GPU a machine: its
+        PCIe link), then :func:`dup_channels` (8 NICs of 200 Gb/s: 8 x 24, which NCCL runs
+        as "16 coll channels" in NVIDIA/nccl issue #1453). A tree over two machines raises its
         channels' speed inside the machines up to twice the network's (``search.cc`` "increase
         bwIntra for trees (2 nodes or collnet)"): :func:`tree_speed_two_machines`. Other
         machines: ``CHANNEL_SPEED``."""
@@ -435,7 +438,7 @@ class NcclLibrary:
             # its NVLink, or its PCIe without NVLink); a GPU's PCIe link carries the channels
             # whose NIC is its own, so with one GPU a machine every channel goes through it
             fit = max(1, math.ceil(intra / speed - SEARCH_SPEED_SLACK))
-            pcie = self._gpu_pcie_rate(graph, eps[0], facts)
+            pcie = self._gpu_pcie_rate(graph, eps[0])
             if pcie:
                 fit = min(fit, max(1, int(max(1.0, facts.ranks_per_node)) * max(
                     1, int(pcie * (1 + SEARCH_SPEED_SLACK) // speed))))
@@ -454,7 +457,7 @@ class NcclLibrary:
         return intra, inter, channels, speed, speed
 
     @staticmethod
-    def _gpu_pcie_rate(graph: nx.DiGraph, gpu, facts: MachineFacts) -> float:
+    def _gpu_pcie_rate(graph: nx.DiGraph, gpu) -> float:
         """A GPU's PCIe link at NCCL's PCIe rate, GB/s (0 when it has none)."""
         rates = [graph.edges[gpu, v]["bandwidth_bytes_per_s"] * PCIE_EFFICIENCY
                  for v in graph.successors(gpu) if graph.edges[gpu, v].get("kind") == "pcie"]
