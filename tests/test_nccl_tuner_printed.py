@@ -152,3 +152,35 @@ def test_eight_nics_of_200_gbps_run_sixteen_channels():
     run = run_collective(graph, "allreduce", "ring", 512 << 20, library=lib,
                          protocol="Simple", engine="fast")
     assert run.plan.notes["dp_channels_max"] == 16
+
+
+@pytest.mark.parametrize("gpu, total_GBps, cc, release, printed, source", [
+    # "24 coll channels" on one p5 machine (8 H100): stored log id 60735788134
+    ("H100", 18 * 20.6, 90, (2, 27), 24, "p5.48xlarge, one machine"),
+    # "Channel 23/24" on one HGX A100: NVIDIA/nccl-tests #100; p4d: stored log id 24143200807
+    ("A100", 12 * 20.0, 80, (2, 27), 24, "nccl-tests#100"),
+    # "32 coll channels" on one DGX B200, NCCL 2.25.1: NVIDIA/nccl #1646
+    ("B200", 18 * 40.1, 100, (2, 25), 32, "nccl#1646"),
+    # "16 coll channels" on one H800 machine (8 NVLinks), NCCL 2.18.3: stored log id 24836070500
+    ("H800", 8 * 20.6, 90, (2, 18), 16, "Inspur NF5688M7"),
+])
+def test_one_nvswitch_machine_runs_the_channels_nccl_printed(gpu, total_GBps, cc, release,
+                                                           printed, source):
+    """``nvswitch_search``: the search's channels, doubled at run time, are what NCCL printed
+    (``N coll channels``) on these machines; H800 needs pass 1's slower speeds (2 x 60 falls
+    short of 164.8 GB/s, 4 x 40 is more)."""
+    from simulator.library.nccl import nvswitch_search
+    most = 32 if release >= (2, 25) else 16
+    channels, speed = nvswitch_search(total_GBps, cc, release, most)
+    assert 2 * channels == printed, source
+    assert channels * speed <= total_GBps * 1.01
+
+
+def test_two_h100_machines_with_eight_ndr_nics_run_sixteen_channels():
+    """"16 coll channels, 16 collnet channels, 16 nvls channels" on 2 x 8 H100 with 8 x 400
+    Gb/s ConnectX-7 InfiniBand, NCCL 2.26.2 (NVIDIA/nccl-tests #319, stored id 69706469670):
+    the search's 8 x 48 GB/s, not doubled (Hopper, more than 4 channels below 50 GB/s)."""
+    graph = load_topology("hgx-h100", {"nodes": 2})
+    facts = machine_facts(graph, 16)
+    _, inter, channels, speed, _ = NcclLibrary(version="2.26")._search(graph, 16, facts)
+    assert (2 * channels, speed, inter) == (16, 48.0, 384.0)

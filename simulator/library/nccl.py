@@ -210,12 +210,27 @@ def nvswitch_search(total_GBps: float, compute_capability: int, release: tuple,
     the speed while the channels still fit. 8 H100 (370.8 GB/s): 6 x 60 -> 12 x 30 (NCCL
     runs twice that, 24: ``channel{Lo..Hi}={0..23}`` in NCCL 2.30.7's printed choices for
     8 H100, rakshithvasudev.github.io "Inside NCCL's all-reduce"); 8 A100 (240): 6 x 40 ->
-    12 x 20; 8 B200 (721.8): 8 x 90 -> 16 x 45."""
+    12 x 20; 8 B200 (721.8): 8 x 90 -> 16 x 45 (32: "32 coll channels", NVIDIA/nccl #1646,
+    DGX B200, 2.25.1); 8 H800 (8 links, 164.8): 2 x 60 falls short, 4 x 40 is more, doubled
+    to 8 x 20 ("16 coll channels", NCCL 2.18.3 on an Inspur NF5688M7, stored log id
+    24836070500)."""
     table = intra_search_speeds(compute_capability, release)
     room = total_GBps * (1 + SEARCH_SPEED_SLACK)
-    first = next((speed for speed in table if speed <= room), table[-1])
-    channels = max(1, min(max_channels, int(room // first)))
-    channels, speed = dup_channels(channels, first, compute_capability, max_channels)
+    fitting = [speed for speed in table if speed <= room] or [table[-1]]
+
+    def fit(speed: float) -> int:
+        return max(1, min(max_channels, int(room // speed)))
+
+    # pass 1: the first speed, then slower ones while they are above 0.49 of the best so far
+    # and the best falls short of the GPU's total (``speedArray[speedIndex+1] / bwInter >
+    # .49``); a slower speed replaces the best only with more bandwidth in all
+    speed = fitting[0]
+    for slower in fitting[1:]:
+        if fit(speed) * speed >= total_GBps or slower / speed <= 0.49:
+            break
+        if fit(slower) * slower > fit(speed) * speed:
+            speed = slower
+    channels, speed = dup_channels(fit(speed), speed, compute_capability, max_channels)
     for faster in sorted(s for s in table if s > speed):
         if channels * faster > room:
             break
