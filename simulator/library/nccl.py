@@ -182,6 +182,22 @@ SEARCH_SPEEDS_INTRA_SM100 = (
 )
 
 
+def inter_search_speeds(compute_capability: int) -> tuple:
+    """The speed table NCCL searches across machines with on these GPUs (see
+    :func:`search_speed` for Blackwell's)."""
+    return SEARCH_SPEEDS_INTER_SM90 if compute_capability >= 90 else SEARCH_SPEEDS_INTER
+
+
+def raise_speed(speed: float, table: tuple, fits, ceiling: float = math.inf) -> float:
+    """Pass 2 of NCCL's search: from ``speed`` up through the faster entries of ``table``
+    while each one ``fits`` and the speed reached is still below ``ceiling``."""
+    for faster in sorted(s for s in table if s > speed):
+        if speed >= ceiling or not fits(faster):
+            break
+        speed = faster
+    return speed
+
+
 def intra_search_speeds(compute_capability: int, release: tuple) -> tuple:
     """The intra-machine speed table NCCL ``release`` searches with on these GPUs."""
     if compute_capability >= 100:
@@ -206,8 +222,8 @@ def nvswitch_search(total_GBps: float, compute_capability: int, release: tuple,
                     max_channels: int) -> tuple[int, float]:
     """(channels, GB/s each) of NCCL's ring search on one NVSwitch machine whose GPUs each
     reach the switch at ``total_GBps`` (``ncclTopoCompute``): the first speed of the table not
-    above it, as many channels as fit at that speed, :func:`dup_channels`, then pass 2 raises
-    the speed while the channels still fit. 8 H100 (370.8 GB/s): 6 x 60 -> 12 x 30 (NCCL
+    above it with as many channels as fit, slower speeds while that falls short (pass 1),
+    :func:`dup_channels`, then pass 2 raises the speed while the channels still fit. 8 H100 (370.8 GB/s): 6 x 60 -> 12 x 30 (NCCL
     runs twice that, 24: ``channel{Lo..Hi}={0..23}`` in NCCL 2.30.7's printed choices for
     8 H100, rakshithvasudev.github.io "Inside NCCL's all-reduce"); 8 A100 (240): 6 x 40 ->
     12 x 20; 8 B200 (721.8): 8 x 90 -> 16 x 45 (32: "32 coll channels", NVIDIA/nccl #1646,
@@ -231,11 +247,7 @@ def nvswitch_search(total_GBps: float, compute_capability: int, release: tuple,
         if fit(slower) * slower > fit(speed) * speed:
             speed = slower
     channels, speed = dup_channels(fit(speed), speed, compute_capability, max_channels)
-    for faster in sorted(s for s in table if s > speed):
-        if channels * faster > room:
-            break
-        speed = faster
-    return channels, speed
+    return channels, raise_speed(speed, table, lambda faster: channels * faster <= room)
 
 
 def tree_speed_two_machines(speed: float, channels: int, intra_GBps: float,
@@ -245,14 +257,9 @@ def tree_speed_two_machines(speed: float, channels: int, intra_GBps: float,
     the GPUs' NVLink still carries the channels (``search.cc`` "increase bwIntra for trees (2
     nodes or collnet)"): A100 with 200 Gb/s NICs 24 -> 30, p4d 12 -> 24, H100 with 400 Gb/s
     NICs stays at 48 (the table's first entry)."""
-    table = SEARCH_SPEEDS_INTER_SM90 if compute_capability >= 90 else SEARCH_SPEEDS_INTER
     room = intra_GBps * (1 + SEARCH_SPEED_SLACK)
-    best = speed
-    for faster in sorted(s for s in table if s > speed):
-        if best >= 2 * speed or faster > room or (channels - 1) * faster > room:
-            break
-        best = faster
-    return best
+    return raise_speed(speed, inter_search_speeds(compute_capability),
+                       lambda faster: max(1, channels - 1) * faster <= room, ceiling=2 * speed)
 
 
 def search_speed(path_GBps: float, compute_capability: int) -> float:
@@ -266,7 +273,7 @@ def search_speed(path_GBps: float, compute_capability: int) -> float:
     :data:`SEARCH_SPEED_SLACK` below an entry takes it: NCCL reads its PCIe rate from the
     link's generation and width (Gen4 x16: exactly 24 GB/s), a preset's PCIe bandwidth is
     rounded (``31.5 GB/s`` gives 23.99)."""
-    table = SEARCH_SPEEDS_INTER_SM90 if compute_capability >= 90 else SEARCH_SPEEDS_INTER
+    table = inter_search_speeds(compute_capability)
     return next((speed for speed in table if speed <= path_GBps * (1 + SEARCH_SPEED_SLACK)),
                 table[-1])
 
@@ -430,25 +437,22 @@ class NcclLibrary:
         first = graph.nodes[eps[0]].get("node_index", 0)
         nics = [n for n, a in graph.nodes(data=True)
                 if a.get("kind") == "nic" and a.get("node_index") == first]
-        if facts.nodes > 1 and nics:
+        cc = facts.compute_capability
+        most = max(1, self.version.max_channels // 2)
+        ports = [self._nic_rate(graph, nic) for nic in nics] if facts.nodes > 1 else []
+        if any(ports):
             # NCCL's view of a NIC: its port's nominal rate (``net.bw = mbps / 8000``,
             # ``topo.cc``; no framing) and the PCIe path to it at NCCL's PCIe rate; the graph
             # search then runs each NIC's channel at the fastest speed of its table that fits
             # (:func:`search_speed`)
-            inter = 0.0
-            for nic in nics:
-                rates = [graph.edges[nic, v]["bandwidth_bytes_per_s"]
-                         * (1.0 if graph.edges[nic, v].get("kind") in NETWORK_LINK_KINDS
-                            else link_efficiency(graph.edges[nic, v].get("kind"), facts))
-                         for v in graph.successors(nic)]
-                inter += search_speed(min(rates) / 1e9, facts.compute_capability) if rates \
-                    else 0.0
-        cc = facts.compute_capability
-        most = max(1, self.version.max_channels // 2)
-        if facts.nodes > 1 and nics and inter > 0:
+            inter = sum(search_speed(min([port] + [
+                graph.edges[nic, v]["bandwidth_bytes_per_s"] / 1e9
+                * link_efficiency(graph.edges[nic, v].get("kind"), facts)
+                for v in graph.successors(nic)
+                if graph.edges[nic, v].get("kind") not in NETWORK_LINK_KINDS]), cc)
+                for nic, port in zip(nics, ports) if port)
             speed = inter / len(nics)
-            per_nic = [max(1, int(self._nic_rate(graph, nic) * (1 + SEARCH_SPEED_SLACK)
-                                  // speed)) for nic in nics]
+            per_nic = [max(1, int(port * (1 + SEARCH_SPEED_SLACK) // speed)) for port in ports]
             # the search stops once its channels reach a GPU's total bandwidth (``totalBw``:
             # its NVLink, or its PCIe without NVLink); a GPU's PCIe link carries the channels
             # whose NIC is its own, so with one GPU a machine every channel goes through it
