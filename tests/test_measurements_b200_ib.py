@@ -30,17 +30,17 @@ def test_lambda_table_is_transcribed_whole():
 def test_where_the_simulator_stands_on_two_b200_machines():
     """NCCL 2.26 as its source has it (the 2.25 table: Blackwell's LL128 and NVLS, since
     2026-11-27): with the channels NCCL's graph search gives (8 x 48 GB/s, since 2026-11-28)
-    its tuner takes NVLS trees from 1 MiB, within 14 % of every row (the LL128 trees it took at
-    4 and 8 MiB before were 27-34 % too fast); small calls about 11 us too fast (35-45 us
-    measured against the 25 us of NCCL's LL tree, which the H100 machines of nccl-tests #309 do
-    measure)."""
+    its tuner takes NVLS trees from 1 MiB, within 16 % of every row (the LL128 trees it took at
+    4 and 8 MiB before were 27-34 % too fast); small calls about 7 us too fast (35-45 us
+    measured against the 25 us of NCCL's LL tree plus the IB proxies' 2 x 2 us, since
+    2026-11-28)."""
     graph = load_topology("hgx-b200", {"nodes": 2})
     result = compare(read_measurements(LAMBDA), graph)
     bands = summarise(result)["size_band"].set_index("size_band")
     assert bands.loc[">=1MiB", "mape_pct"] < 7 and 0 < bands.loc[">=1MiB", "bias_pct"] < 6
-    assert bands.loc["<64KiB", "bias_pct"] < -25
+    assert bands.loc["<64KiB", "bias_pct"] < -20      # -24.6 with IB proxies' cost
     assert get_version("2.26.2").name == "2.25"
     by_size = result.set_index("size_bytes")
     nvls = by_size.loc[[s for s in by_size.index if s >= 1 << 20]]
     assert set(nvls["simulated_algorithm"]) == {"auto:nvls_tree"}
-    assert (nvls["error_pct"].abs() < 14).all()
+    assert (nvls["error_pct"].abs() < 16).all()     # 16 MiB +15.9 %

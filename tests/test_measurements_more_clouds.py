@@ -21,11 +21,11 @@ DATA = Path(__file__).parent / "data" / "measurements"
 STANDINGS = [
     ("nccl_jzhang_azure_ndmv4_a100_2node_ib.csv", "dgx-a100",
      {"nodes": 2, "gpu": "a100-sxm4-80gb"},
-     {"<64KiB": (-35, -25), "64KiB-1MiB": (-31, -22), ">=1MiB": (-14, -5)}),
+     {"<64KiB": (-16, -6), "64KiB-1MiB": (-20, -10), ">=1MiB": (-12, -3)}),
     ("nccl_vpbench_h100_1node_g8.csv", "hgx-h100", {},
      {"<64KiB": (-3, 4), "64KiB-1MiB": (0, 8), ">=1MiB": (5, 12)}),
     ("nccl_vpbench_h100_4node_ib.csv", "hgx-h100", {"nodes": 4},
-     {"<64KiB": (-16, -9), "64KiB-1MiB": (12, 20), ">=1MiB": (-7, 0)}),
+     {"<64KiB": (1, 11), "64KiB-1MiB": (23, 33), ">=1MiB": (-6, 4)}),
     ("nccl_clustertoolkit_a3mega_gke_tcpxo_2node_allgather.csv", "gcp-a3-mega", {"nodes": 2},
      {"<64KiB": (-52, -44), "64KiB-1MiB": (-63, -55), ">=1MiB": (-28, -20)}),
     ("nccl_aicp_a3high_2node_tcpx_ring_simple.csv", "gcp-a3-mega",

@@ -219,3 +219,43 @@ def test_efa2_handshake_adds_exactly_its_wait_to_the_call(monkeypatch):
         times.append(run_collective(graph, "allreduce", "ring", 64 << 20, library="nccl",
                                     protocol="Simple", engine="auto").row["time_s"])
     assert times[0] - times[1] == pytest.approx(20e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("preset, params, overhead_us", [
+    ("dgx-a100", {"nodes": "2"}, 2.0),          # AMD EPYC 7742: NCCL's 2 us post overhead
+    ("hgx-h100", {"nodes": "2"}, 1.0),          # Xeon 8480C: 1 us
+    ("hgx-h100", {"nodes": "4"}, 1.0),
+])
+def test_ib_proxy_cost_is_charged_per_network_step_and_not_to_the_choice(
+        monkeypatch, preset, params, overhead_us):
+    """NCCL's own IB transport: every network step of the latency path (a tree's
+    2 log2(nodes)) costs IB_PROXY_POSTS_PER_STEP x the CPU's post overhead on top of NCCL's
+    line; the tuner's choice and its predicted time do not move."""
+    import dataclasses
+
+    from simulator.collective import run_collective
+
+    graph = load_topology(preset, params)
+    nodes = int(params["nodes"])
+    runs = []
+    for posts in (NP.IB_PROXY_POSTS_PER_STEP, 0.0):
+        monkeypatch.setitem(NP.TRANSPORTS, "ib", dataclasses.replace(
+            NP.TRANSPORTS["ib"], proxy_posts_per_step=posts))
+        runs.append(run_collective(graph, "allreduce", "auto", 8, library="nccl",
+                                   engine="auto"))
+    with_cost, without = runs
+    assert with_cost.plan.label == without.plan.label == "tree"
+    assert with_cost.plan.protocol == without.plan.protocol == "LL"
+    assert with_cost.plan.predicted_time_s == without.plan.predicted_time_s
+    steps = 2 * int(math.log2(nodes))
+    assert with_cost.row["time_s"] - without.row["time_s"] == pytest.approx(
+        steps * NP.IB_PROXY_POSTS_PER_STEP * overhead_us * 1e-6, rel=1e-9)
+    assert NP.proxy_step_us("ib", "amd") == 2 * NP.proxy_step_us("ib", "intel")
+    assert NP.proxy_step_us("ib", "amd", "arm") == NP.proxy_step_us("ib", "intel")
+
+
+@pytest.mark.parametrize("transport", ["efa", "efa2", "tcpxo", "tcpx", "socket", "slingshot"])
+def test_proxy_cost_only_on_nccls_own_ib_transport(transport):
+    """Plugins carry their own per-message costs; sockets none: no proxy cost charged."""
+    assert NP.proxy_step_us(transport, "amd") == 0.0
+    assert NP.proxy_step_us("roce", "amd", network="ethernet") == 4.0

@@ -67,7 +67,8 @@ from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
 from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, message_extra_us,
-                         nccl_settings, network_step_latency_us, plugin_tuner_applies)
+                         nccl_settings, net_post_overhead_us, network_step_latency_us,
+                         plugin_tuner_applies, proxy_step_us)
 from .ofi_regions import region_choice
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
@@ -669,7 +670,7 @@ class NcclLibrary:
             intra *= v.ll_multinode_intra_factor
         if algo == "ring":
             if v.net_overhead and nodes > 1:
-                overhead = 2.0 if facts.cpu_vendor == "amd" else 1.0
+                overhead = net_post_overhead_us(facts.cpu_vendor, facts.cpu_family)
                 intra = max(intra, overhead * (3 if proto == "Simple" else 1))
             if v.ring_latency_slowest_link:
                 # NCCL 2.5 and 2.6 charge every step the latency of the slowest link class.
@@ -871,7 +872,8 @@ class NcclLibrary:
 
     @classmethod
     def _message_costs_s(cls, facts, c: Candidate, collective: str, size_bytes: int,
-                         used: int, path, tree_chunk) -> tuple[float, float]:
+                         used: int, path, tree_chunk,
+                         ring_overhead_charged: bool = False) -> tuple[float, float]:
         """(handshake, per-message costs) of the call, s, on transports that charge them (see
         :mod:`simulator.library.netplugins`); NCCL's tuner knows none of them, so they change
         the time and not its choice.
@@ -880,8 +882,11 @@ class NcclLibrary:
             the first network message's wait for the receiver's control message
             (aws-ofi-nccl's RDMA protocol), less the sender's lead: both ends start together;
         per-message costs
-            a rendezvous read above the eager limit, on every network step of the latency
-            path; and the receiving CPU's copy of a payload that landed in a host buffer, for
+            a rendezvous read above the eager limit and the proxies' post and completion
+            (:func:`~simulator.library.netplugins.proxy_step_us`; not on a ring when
+            ``ring_overhead_charged``: the release's tuner line already charges its every step
+            NCCL's post overhead), on every network step of the latency path; and the
+            receiving CPU's copy of a payload that landed in a host buffer, for
             every message one connection receives: one CPU thread copies them one after
             the other, and the GPU waits for each.
         """
@@ -891,7 +896,11 @@ class NcclLibrary:
             return 0.0, 0.0
         wire, lead_us, on_path, in_turn = message
         wait_us = handshake_latency_us(facts.transport, wire, facts.network)
-        extra_us = (on_path * message_extra_us(facts.transport, wire, facts.network)
+        # NCCL 2.19 on already charges a ring's every step the post overhead (``_latency``)
+        proxy_us = 0.0 if c.algorithm == "ring" and ring_overhead_charged else proxy_step_us(
+            facts.transport, facts.cpu_vendor, facts.cpu_family, facts.network)
+        extra_us = (on_path * (message_extra_us(facts.transport, wire, facts.network)
+                               + proxy_us)
                     + in_turn * host_copy_us(facts.transport, wire, facts.network))
         return max(0.0, wait_us - lead_us) * 1e-6, extra_us * 1e-6
 
@@ -1026,7 +1035,8 @@ class NcclLibrary:
                                  c.algbw_GBps * 1e9 * self.scale["bandwidth"])
             fixed += fill_s
         handshake_s, messages_s = self._message_costs_s(
-            facts, c, collective, int(size_bytes), used, path, tree_chunk)
+            facts, c, collective, int(size_bytes), used, path, tree_chunk,
+            ring_overhead_charged=v.net_overhead)
         fixed += handshake_s + messages_s
         new_graph = self._cost_graph(graph, facts, scale, intra_lat, inter_lat, nvlink_scale,
                                      channel_cap)

@@ -133,6 +133,10 @@ class NetTransport:
         land in the GPU's buffer directly).
     host_copy_us : float
         One slow copy into GPU memory, us.
+    proxy_posts_per_step : float
+        What a network step on the call's latency path costs beyond ``hwLat[NET]``, in units
+        of NCCL's own "network post overhead" of the host's CPU (:func:`net_post_overhead_us`:
+        1 us Intel, 2 us AMD); 0 for transports whose per-message cost is given otherwise.
     settings : tuple of (tuple, NcclSettings)
         The platform's documented NCCL environment by the NCCL release it ships with:
         ``((major, minor), settings)`` pairs, oldest first; the last whose version is not newer
@@ -159,6 +163,7 @@ class NetTransport:
     rendezvous_extra_us: float = 0.0
     host_copy_above_bytes: int | None = None
     host_copy_us: float = 0.0
+    proxy_posts_per_step: float = 0.0
     settings: tuple = ()
     sources: dict = field(default_factory=dict)
 
@@ -217,6 +222,13 @@ class NetTransport:
                  if self._rendezvous(message_bytes) else message_bytes)
         return self.host_copy_us if eager > self.host_copy_above_bytes else 0.0
 
+    def proxy_step_us(self, cpu_vendor: str, cpu_family: str = "x86") -> float:
+        """What one network step on the latency path costs the hosts' proxies beyond
+        ``hwLat[NET]``, us (:attr:`proxy_posts_per_step` network post overheads)."""
+        if not self.proxy_posts_per_step:
+            return 0.0
+        return self.proxy_posts_per_step * net_post_overhead_us(cpu_vendor, cpu_family)
+
     def connection_bytes_per_s(self, line_bytes_per_s: float) -> float:
         """What one NCCL connection can carry on a NIC of ``line_bytes_per_s``."""
         return min(line_bytes_per_s * self.efficiency,
@@ -240,6 +252,28 @@ _NCCL = "NVIDIA/nccl v2.21.5-1 (ab2b89c4c339bd7f816fbc114a4b05d386b66290)"
 #: (docs/validation/sources.md, "GPUDirect-TCPXO settings").
 TCPXO_MESSAGE_LATENCY_US = None
 
+def net_post_overhead_us(cpu_vendor: str, cpu_family: str = "x86") -> float:
+    """NCCL's "Network post overhead" of the host CPU, us: 1.0 on x86 Intel, 2.0 on x86 AMD,
+    1.0 on anything else (``getNetOverhead``, NVIDIA/nccl v2.23.4-1 ``src/graph/tuning.cc``
+    :117-125, the same through v2.30; ``NCCL_NET_OVERHEAD`` overrides it in NCCL). NCCL's
+    tuner charges it to every step of a ring across machines (three times for Simple); the
+    ``ib`` and ``roce`` transports charge it on every network step (:data:`IB_PROXY_POSTS_PER_STEP`)."""
+    return 2.0 if cpu_vendor == "amd" and cpu_family != "arm" else 1.0
+
+
+#: What one network step of NCCL's own InfiniBand verbs transport (InfiniBand and RoCE) costs
+#: beyond NCCL's ``hwLat[NET]``, in network post overheads (:func:`net_post_overhead_us`), on
+#: every network step of the call's latency path (a ring's 2(nodes - 1) for all-reduce, a
+#: tree's 2 log2(nodes)). NCCL's tuner prices a tree's network hop at ``hwLat[NET]`` alone
+#: (5 us for LL) and a ring's at ``max(hwLat, overhead)``; the machines take longer: at
+#: 8 B - 32 KiB, two-machine InfiniBand and RoCE calls measured 1.1-2.0x NCCL's line on nine
+#: public tables, more on AMD hosts (NCCL's own 2:1). **Fitted** (docs/validation/sources.md,
+#: "A network step's proxy cost"): 2, the integer count with the least mean MAPE below 1 MiB
+#: over those tables (1: 20.7 %, 2: 17.7 %, 3: 16.8 % below 64 KiB; with the shared DGX A100
+#: table, 2 is the least: 23.2 against 23.3 at 3); read as the sending proxy's post and the
+#: receiving side's completion, one overhead each.
+IB_PROXY_POSTS_PER_STEP = 2.0
+
 #: Every transport by the topology's ``transport`` value.
 TRANSPORTS: dict[str, NetTransport] = {}
 
@@ -254,14 +288,19 @@ _add(NetTransport(
                         "VCRC 2 per packet",
              "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620 "
                                     "'props->latency = 0; // Not set'",
-             "message_latency_us": "none: NCCL's hwLat[NET] is its own IB figure"}))
+             "message_latency_us": "none: NCCL's hwLat[NET] is its own IB figure",
+             "proxy_posts_per_step": "fitted, IB_PROXY_POSTS_PER_STEP (docs/validation/"
+                                     "sources.md, 'A network step's proxy cost')"},
+    proxy_posts_per_step=IB_PROXY_POSTS_PER_STEP))
 _add(NetTransport(
     "roce", "NET/IB (RoCE)", ("ethernet",), 4096 + _IPV4 + _UDP + _ROCE_BTH_ICRC,
     _IPV4 + _UDP + _ROCE_BTH_ICRC,
     ETH_L2_OVERHEAD,
     sources={"framing": "IBTA RoCEv2 annex A17 (IPv4 20 + UDP 8 + BTH 12 + ICRC 4 around 4096 B of "
                         "payload, the RoCE MTU) + IEEE 802.3 L2 38 B",
-             "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620"}))
+             "reported_latency_us": f"{_NCCL} src/transport/net_ib.cc:620",
+             "proxy_posts_per_step": "fitted, IB_PROXY_POSTS_PER_STEP (as ib)"},
+    proxy_posts_per_step=IB_PROXY_POSTS_PER_STEP))
 #: What one network message costs over first-generation EFA (p4d/p4de) with aws-ofi-nccl's
 #: SENDRECV protocol, us. No source gives it: the 75 us the plugin reports to NCCL is a tuning
 #: figure (aws/aws-ofi-nccl d87d61e0: "a value below 75us is slightly better for large
@@ -673,6 +712,13 @@ def message_extra_us(transport, message_bytes: float, network: str = "ib") -> fl
     return _resolve(transport, network).message_extra_us(message_bytes)
 
 
+def proxy_step_us(transport, cpu_vendor: str, cpu_family: str = "x86",
+                  network: str = "ib") -> float:
+    """What one network step on a call's latency path costs the proxies on ``transport``
+    beyond NCCL's ``hwLat[NET]``, us (see :attr:`NetTransport.proxy_posts_per_step`)."""
+    return _resolve(transport, network).proxy_step_us(cpu_vendor, cpu_family)
+
+
 def host_copy_us(transport, message_bytes: float, network: str = "ib") -> float:
     """The receiving CPU's copy of one network message of ``message_bytes`` into the GPU on
     ``transport``, us (see :meth:`NetTransport.host_copy_us_for`)."""
@@ -731,6 +777,7 @@ def describe() -> list[dict]:
                      "rendezvous_extra_us": t.rendezvous_extra_us,
                      "host_copy_above_bytes": t.host_copy_above_bytes,
                      "host_copy_us": t.host_copy_us,
+                     "proxy_posts_per_step": t.proxy_posts_per_step,
                      "protocols": t.settings_for().protocols,
                      "settings": [(".".join(map(str, since)), entry.release, entry.protocols,
                                    entry.algorithms, entry.simple_buffer_bytes)
