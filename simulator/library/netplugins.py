@@ -252,26 +252,27 @@ _NCCL = "NVIDIA/nccl v2.21.5-1 (ab2b89c4c339bd7f816fbc114a4b05d386b66290)"
 #: (docs/validation/sources.md, "GPUDirect-TCPXO settings").
 TCPXO_MESSAGE_LATENCY_US = None
 
+
 def net_post_overhead_us(cpu_vendor: str, cpu_family: str = "x86") -> float:
     """NCCL's "Network post overhead" of the host CPU, us: 1.0 on x86 Intel, 2.0 on x86 AMD,
     1.0 on anything else (``getNetOverhead``, NVIDIA/nccl v2.23.4-1 ``src/graph/tuning.cc``
     :117-125, the same through v2.30; ``NCCL_NET_OVERHEAD`` overrides it in NCCL). NCCL's
     tuner charges it to every step of a ring across machines (three times for Simple); the
-    ``ib`` and ``roce`` transports charge it on every network step (:data:`IB_PROXY_POSTS_PER_STEP`)."""
+    ``ib`` and ``roce`` transports on every network step (:data:`IB_PROXY_POSTS_PER_STEP`)."""
     return 2.0 if cpu_vendor == "amd" and cpu_family != "arm" else 1.0
 
 
 #: What one network step of NCCL's own InfiniBand verbs transport (InfiniBand and RoCE) costs
 #: beyond NCCL's ``hwLat[NET]``, in network post overheads (:func:`net_post_overhead_us`), on
-#: every network step of the call's latency path (a ring's 2(nodes - 1) for all-reduce, a
-#: tree's 2 log2(nodes)). NCCL's tuner prices a tree's network hop at ``hwLat[NET]`` alone
-#: (5 us for LL) and a ring's at ``max(hwLat, overhead)``; the machines take longer: at
-#: 8 B - 32 KiB, two-machine InfiniBand and RoCE calls measured 1.1-2.0x NCCL's line on nine
-#: public tables, more on AMD hosts (NCCL's own 2:1). **Fitted** (docs/validation/sources.md,
-#: "A network step's proxy cost"): 2, the integer count with the least mean MAPE below 1 MiB
-#: over those tables (1: 20.7 %, 2: 17.7 %, 3: 16.8 % below 64 KiB; with the shared DGX A100
-#: table, 2 is the least: 23.2 against 23.3 at 3); read as the sending proxy's post and the
-#: receiving side's completion, one overhead each.
+#: every network step of the call's latency path (a tree's 2 log2(nodes); a ring's 2(nodes - 1)
+#: for all-reduce before NCCL 2.19, whose later tuner charges every ring step the overhead).
+#: NCCL prices a tree's network hop at ``hwLat[NET]`` alone (5 us for LL); at 8 B - 32 KiB the
+#: machines took 1.1-2.0x NCCL's line on ten public two- and four-machine InfiniBand / RoCE
+#: tables, more on AMD hosts (NCCL's own 2:1). **Fitted** (docs/validation/sources.md, "A
+#: network step's proxy cost"): the integer count with the least mean MAPE below 64 KiB over
+#: those tables (0: 29.1 %, 1: 25.1 %, 2: 23.2 %, 3: 23.3 %; leaving one table out picks 2
+#: six times, 3 four times); read as the sending proxy's post and the receiving side's
+#: completion, one overhead each.
 IB_PROXY_POSTS_PER_STEP = 2.0
 
 #: Every transport by the topology's ``transport`` value.
