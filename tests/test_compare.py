@@ -481,6 +481,32 @@ def test_cli_compare_writes_outputs_and_reads_logs(tmp_path, capsys):
     assert "no topology for this point" in capsys.readouterr().err
 
 
+def test_cli_builds_the_machines_the_file_states(tmp_path, capsys):
+    """A file whose points state two machines, compared on a one-machine preset without
+    --param nodes: the preset is built with two (the same times as --param nodes=2, a note
+    on standard error), not run as four GPUs of one machine; --param nodes stays the user's
+    choice."""
+    source = TABLES / "nccl_redhat_l40s_2x2_roce.csv"
+    picked = pd.read_csv(source).iloc[[0, 14, 22]]           # 8 B, 128 KiB, 32 MiB
+    assert set(zip(picked["nodes"], picked["gpus_per_node"])) == {(2, 2)}
+    path = tmp_path / "l40s.csv"
+    picked.to_csv(path, index=False)
+
+    def times(*params):
+        out = tmp_path / "_".join(params or ("default",))
+        args = ["compare", str(path), "--topology", "l40s-pcie", "-o", str(out)]
+        assert main(args + [a for p in params for a in ("--param", p)]) == 0
+        return pd.read_csv(out / "compare.csv")["simulated_time_us"].to_numpy()
+
+    auto = times()
+    assert "states 2 machines; topology 'l40s-pcie' built with nodes=2" in capsys.readouterr().err
+    assert np.array_equal(auto, times("nodes=2"))
+    assert "built with" not in capsys.readouterr().err
+    one_machine = times("nodes=1")
+    # across the network: every point slower than on one machine's PCIe, the 8 B call by 20 %
+    assert (auto > one_machine).all() and auto[0] > 1.2 * one_machine[0]
+
+
 def test_cli_collective_names_what_a_bare_log_measured(tmp_path, capsys):
     """A raw log without the '# Collective test starting' line, under a name that says
     nothing: its rows name the collective where they can (busbw / algbw, redop, root: a

@@ -76,6 +76,45 @@ def _topology_groups(args, measured: pd.DataFrame):
             for name in dict.fromkeys(names)]
 
 
+def _stated_machines(points: pd.DataFrame) -> int | None:
+    """The most machines any point of a measured file states (its ``nodes`` column), or None."""
+    if "nodes" not in points.columns:
+        return None
+    nodes = pd.to_numeric(points["nodes"], errors="coerce").dropna()
+    return int(nodes.max()) if len(nodes) and nodes.max() >= 1 else None
+
+
+def _machines(graph) -> int:
+    from ..topology.graph import endpoints
+
+    return len({graph.nodes[e].get("node_index", 0) for e in endpoints(graph)})
+
+
+def load_group_topology(name: str, params: dict, points: pd.DataFrame, origin: str = ""):
+    """The topology a file's points run on: ``name`` with ``params``; where the points state
+    more machines than that builds and ``--param nodes`` is not given, the same preset built
+    with the machines they state (one two-machine row of ``l40s-pcie`` runs on two machines,
+    not on four GPUs of one), with a note on standard error. A preset that cannot take the
+    count stays as it is (its own error names the layout the point needs)."""
+    from ..errors import ClusterSimError
+    from ..topology import load_topology
+
+    graph = load_topology(name, params)
+    stated = _stated_machines(points)
+    if "nodes" in params or stated is None or stated <= _machines(graph):
+        return graph
+    try:
+        bigger = load_topology(name, {**params, "nodes": str(stated)})
+    except ClusterSimError:
+        return graph
+    if _machines(bigger) != stated:
+        return graph
+    print(f"clustersim compare: {origin or 'the measured file'} states {stated} machines; "
+          f"topology {name!r} built with nodes={stated} (--param nodes=N to choose)",
+          file=sys.stderr)
+    return bigger
+
+
 def _scenario_slices(args) -> int | None:
     if not args.scenario:
         return None
@@ -160,7 +199,6 @@ def is_llm_file(path: str) -> bool:
 def cmd_compare(args) -> int:
     from ..comparison.collective import compare, mape_failures, summarise
     from ..report.compare_plots import COMPARE_PLOTS
-    from ..topology import load_topology
 
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
@@ -194,7 +232,7 @@ def cmd_compare(args) -> int:
     measured = read_points(args.measured, args.collective, args.ranks)
     frames = []
     for name, params, part in _topology_groups(args, measured):
-        graph = load_topology(name, params)
+        graph = load_group_topology(name, params, part, args.measured)
         frames.append(compare(part, graph, slices=slices, algorithm_override=algorithm,
                               **library_args(args, graph)))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -249,7 +287,6 @@ def cmd_compare_training(args) -> int:
                                    summarise_training)
     from ..measure.schema import read_training
     from ..report.compare_plots import speedup_measured_vs_simulated
-    from ..topology import load_topology
     from ..workload.frameworks import parse_framework
 
     for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
@@ -275,7 +312,7 @@ def cmd_compare_training(args) -> int:
         measured = select(measured, args.select)
     frames = []
     for name, params, part in _topology_groups(args, measured):
-        graph = load_topology(name, params)
+        graph = load_group_topology(name, params, part, args.measured)
         lib = library_args(args, graph)
         library = training_library(graph, lib["library"], launch=lib["launch"],
                                    version=lib["version"]) or "ideal"
