@@ -505,6 +505,26 @@ def test_cli_builds_the_machines_the_file_states(tmp_path, capsys):
     one_machine = times("nodes=1")
     # across the network: every point slower than on one machine's PCIe, the 8 B call by 20 %
     assert (auto > one_machine).all() and auto[0] > 1.2 * one_machine[0]
+    # the rule calibrate shares: a given count, a count the preset holds, and a topology that
+    # takes no machine count all keep the user's parameters
+    from simulator.cli.compare import stated_params
+
+    assert stated_params("l40s-pcie", {}, picked) == {"nodes": "2"}
+    assert stated_params("l40s-pcie", {"nodes": "1"}, picked) == {"nodes": "1"}
+    assert stated_params("l40s-pcie", {"nodes": "3"}, picked) == {"nodes": "3"}
+    assert stated_params("dgx-a100-2node", {}, picked) == {}
+    assert stated_params("star", {"hosts": "8"}, picked) == {"hosts": "8"}
+    assert stated_params("l40s-pcie", {}, picked.drop(columns=["nodes"])) == {}
+    # calibrate builds the same machines, and the preset it writes loads with them (a
+    # --param value is written as the number it reads as, not as text)
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", str(path), "--topology", "l40s-pcie", "--fit-fraction", "1",
+                 "--max-evaluations", "2", "--out", str(out)]) == 0
+    assert "built with nodes=2" in capsys.readouterr().err
+    assert load_topology(str(out)).graph["params"]["nodes"] == 2
+    assert main(["calibrate", str(path), "--topology", "l40s-pcie", "--param", "nodes=2",
+                 "--fit-fraction", "1", "--max-evaluations", "2", "--out", str(out)]) == 0
+    assert load_topology(str(out)).graph["params"]["nodes"] == 2
 
 
 def test_cli_collective_names_what_a_bare_log_measured(tmp_path, capsys):

@@ -90,28 +90,28 @@ def _machines(graph) -> int:
     return len({graph.nodes[e].get("node_index", 0) for e in endpoints(graph)})
 
 
-def load_group_topology(name: str, params: dict, points: pd.DataFrame, origin: str = ""):
-    """The topology a file's points run on: ``name`` with ``params``; where the points state
-    more machines than that builds and ``--param nodes`` is not given, the same preset built
-    with the machines they state (one two-machine row of ``l40s-pcie`` runs on two machines,
-    not on four GPUs of one), with a note on standard error. A preset that cannot take the
-    count stays as it is (its own error names the layout the point needs)."""
+def stated_params(name: str, params: dict, points: pd.DataFrame, origin: str = "") -> dict:
+    """The builder parameters a file's points run on: ``params``; where the points state
+    more machines than topology ``name`` builds with them and ``--param nodes`` is not given,
+    with ``nodes`` set to the machines they state (one two-machine row of ``l40s-pcie`` runs
+    on two machines, not on four GPUs of one), with a note on standard error. A topology that
+    cannot take the count keeps ``params`` (its own error names the layout a point needs)."""
     from ..errors import ClusterSimError
     from ..topology import load_topology
 
-    graph = load_topology(name, params)
     stated = _stated_machines(points)
-    if "nodes" in params or stated is None or stated <= _machines(graph):
-        return graph
+    if "nodes" in params or stated is None:
+        return params
     try:
-        bigger = load_topology(name, {**params, "nodes": str(stated)})
+        if stated <= _machines(load_topology(name, params)):
+            return params
+        bigger = {**params, "nodes": str(stated)}
+        if _machines(load_topology(name, bigger)) != stated:
+            return params
     except ClusterSimError:
-        return graph
-    if _machines(bigger) != stated:
-        return graph
-    print(f"clustersim compare: {origin or 'the measured file'} states {stated} machines; "
-          f"topology {name!r} built with nodes={stated} (--param nodes=N to choose)",
-          file=sys.stderr)
+        return params
+    print(f"clustersim: {origin or 'the measured file'} states {stated} machines; topology "
+          f"{name!r} built with nodes={stated} (--param nodes=N to choose)", file=sys.stderr)
     return bigger
 
 
@@ -199,6 +199,7 @@ def is_llm_file(path: str) -> bool:
 def cmd_compare(args) -> int:
     from ..comparison.collective import compare, mape_failures, summarise
     from ..report.compare_plots import COMPARE_PLOTS
+    from ..topology import load_topology
 
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
@@ -232,7 +233,7 @@ def cmd_compare(args) -> int:
     measured = read_points(args.measured, args.collective, args.ranks)
     frames = []
     for name, params, part in _topology_groups(args, measured):
-        graph = load_group_topology(name, params, part, args.measured)
+        graph = load_topology(name, stated_params(name, params, part, args.measured))
         frames.append(compare(part, graph, slices=slices, algorithm_override=algorithm,
                               **library_args(args, graph)))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -287,6 +288,7 @@ def cmd_compare_training(args) -> int:
                                    summarise_training)
     from ..measure.schema import read_training
     from ..report.compare_plots import speedup_measured_vs_simulated
+    from ..topology import load_topology
     from ..workload.frameworks import parse_framework
 
     for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
@@ -312,7 +314,7 @@ def cmd_compare_training(args) -> int:
         measured = select(measured, args.select)
     frames = []
     for name, params, part in _topology_groups(args, measured):
-        graph = load_group_topology(name, params, part, args.measured)
+        graph = load_topology(name, stated_params(name, params, part, args.measured))
         lib = library_args(args, graph)
         library = training_library(graph, lib["library"], launch=lib["launch"],
                                    version=lib["version"]) or "ideal"
@@ -420,12 +422,13 @@ def cmd_calibrate(args) -> int:
     if not args.out.endswith((".yaml", ".yml")):
         raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
     measured = read_points(args.measured, args.collective, args.ranks)
-    lib = library_args(args, load_topology(args.topology, _params(args.param)))
+    params = stated_params(args.topology, _params(args.param), measured, args.measured)
+    lib = library_args(args, load_topology(args.topology, params))
     if lib["library"] == "nccl":
-        return _calibrate_library(args, measured, lib)
+        return _calibrate_library(args, measured, lib, params)
 
     result = calibrate(measured, None, args.topology, fit_fraction=args.fit_fraction,
-                       seed=args.seed, params=_params(args.param),
+                       seed=args.seed, params=params,
                        max_fit_points=args.max_fit_points,
                        max_evaluations=args.max_evaluations, progress=_progress)
     print(f"calibrated {args.topology} on {len(result.fit_points)} of {len(measured)} points "
@@ -445,11 +448,10 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
-def _calibrate_library(args, measured, lib) -> int:
+def _calibrate_library(args, measured, lib, params: dict) -> int:
     from ..comparison.calibrate_library import calibrate_library
-    from .args import _params
 
-    result = calibrate_library(measured, args.topology, params=_params(args.param),
+    result = calibrate_library(measured, args.topology, params=params,
                                fit_fraction=args.fit_fraction, seed=args.seed,
                                max_fit_points=args.max_fit_points,
                                max_evaluations=args.max_evaluations, launch=lib["launch"],

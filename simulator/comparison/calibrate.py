@@ -535,8 +535,9 @@ def record_context(topology: str, measured, before: dict, after: dict) -> tuple[
 def _preset_document(topology, builder, raw, base_params, overrides, resolved, description,
                      sources, fitted, screened_out, measured, fit, held_idx, fit_fraction,
                      seed, before, after, per_gpu=None) -> dict:
-    params = dict(raw)
-    params.update(base_params)
+    from ..topology.presets import with_params
+
+    params = with_params(raw, base_params)
     for name, value in overrides.items():
         params[name] = _latency_text(value) if name.endswith("_latency") else \
             _bandwidth_text(value)

@@ -161,7 +161,9 @@ def calibrate_library(measured: pd.DataFrame, topology: str, *, params: dict | N
 def _document(topology, settings, measured, fit_idx, held_idx, fit_fraction, seed, fitted,
               unseen, before, after, params) -> dict:
     raw, builder, description, sources, per_gpu = _preset(topology)
-    raw = {**raw, **dict(params or {})}
+    from ..topology.presets import with_params
+
+    raw = with_params(raw, params)
     name, origin, held_text = record_context(topology, measured, before, after)
     record = (f"clustersim {__version__} calibrate (library nccl): fitted on {len(fit_idx)} of "
               f"{len(measured)} points of {origin} (fit_fraction {fit_fraction:g}, seed {seed}, "

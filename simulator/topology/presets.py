@@ -39,8 +39,8 @@ from simulator.config import Invalid, Section, one_of, read_text_file, read_yaml
 from simulator.errors import ClusterSimError, ConfigError, unknown_name
 from simulator.topology.builders import BUILDERS, build, parameter_names
 
-__all__ = ["PresetSpec", "list_topologies", "load_topology", "preset_names", "read_preset",
-           "scale_per_gpu"]
+__all__ = ["PresetSpec", "list_topologies", "load_topology", "param_value", "preset_names",
+           "read_preset", "scale_per_gpu", "with_params"]
 
 @dataclass(frozen=True)
 class PresetSpec:
@@ -153,7 +153,7 @@ def read_preset(text: str, origin: str = "<string>") -> PresetSpec:
                       per_gpu=dict(spec.per_gpu))
 
 
-def _override_value(value):
+def param_value(value):
     """``--param`` values arrive as text: read numbers, lists and null the YAML way."""
     if not isinstance(value, str):
         return value
@@ -165,6 +165,12 @@ def _override_value(value):
         return value
 
 
+def with_params(params: dict, overrides: dict | None) -> dict:
+    """``params`` with ``--param`` ``overrides`` read as :func:`param_value` (what a written
+    preset must hold: ``nodes: 2``, not the text ``'2'``)."""
+    return {**params, **{key: param_value(value) for key, value in (overrides or {}).items()}}
+
+
 def _apply_overrides(builder: str, params: dict, overrides: dict, origin: str) -> dict:
     valid = parameter_names(builder)
     merged = dict(params)
@@ -172,7 +178,7 @@ def _apply_overrides(builder: str, params: dict, overrides: dict, origin: str) -
         if key not in valid:
             raise ConfigError(f"{origin}, --param {key}: unknown parameter {key!r} for builder "
                               f"{builder!r}; valid: {', '.join(valid)}")
-        merged[key] = _override_value(value)
+        merged[key] = param_value(value)
     return merged
 
 
