@@ -149,6 +149,19 @@ def nvswitches(graph: nx.DiGraph, gpus: int) -> list[str]:
     return [found[m] for m in machines]
 
 
+def helper_ranks(graph: nx.DiGraph, plan, algorithm: str, gpus: int) -> list[str]:
+    """The nodes a planned call's schedule runs on after its ``gpus`` GPUs: the library
+    plan's own helpers, else the switch that reduces a ``collnet`` call, else the NVSwitches
+    of an ``nvls_tree`` call (one per machine); none for the other algorithms."""
+    if plan is not None and plan.helper_nodes:
+        return list(plan.helper_nodes)
+    if algorithm == "collnet":
+        return [sharp_switch(graph)]
+    if algorithm == "nvls_tree":
+        return nvswitches(graph, gpus)
+    return []
+
+
 def missing_hardware(graph: nx.DiGraph, algorithm: str) -> str:
     """Why ``algorithm`` cannot run on ``graph`` for want of hardware, or ``""``."""
     kinds = {kind for _n, kind in graph.nodes(data="kind")}
@@ -273,14 +286,9 @@ def run_collective(graph: nx.DiGraph, collective: str, algorithm: str, size_byte
         check_event_run(estimated_transfers(algorithm, collective, n, size_bytes, options)
                         * slices, 0)
         schedule = make_schedule(algorithm, collective, n, size_bytes, slices=slices, **options)
-    if plan.helper_nodes:
-        nodes = placement(graph, n) + list(plan.helper_nodes)
-    elif algorithm == "collnet":
-        nodes = placement(graph, n) + [sharp_switch(graph)]
-    elif algorithm == "nvls_tree":
-        nodes = placement(graph, n) + nvswitches(graph, n)
-    else:
-        nodes = placement(graph, n, servers, dedicated)
+    helpers = helper_ranks(graph, plan, algorithm, n)
+    nodes = (placement(graph, n) + helpers) if helpers else placement(graph, n, servers,
+                                                                       dedicated)
     label = requested if requested != "auto" else f"auto:{plan.label}"
     if engine != "event":
         if sim_engine is not None or record_rates:

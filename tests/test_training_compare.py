@@ -151,6 +151,29 @@ def test_a_faster_network_raises_simulated_speedup_of_a_bandwidth_bound_model():
     assert set(fast["framework_model"]) == {"horovod"}
 
 
+def test_training_buckets_that_nccl_runs_as_nvls_trees_take_the_nvswitches(tmp_path):
+    """On H100 machines NCCL's tuner runs a large all-reduce as an NVLink SHARP tree, whose
+    schedule reduces in each machine's NVSwitch: a training row's buckets get those helper
+    ranks as a single call does (this failed with 'schedule needs 9 ranks, placement has 8'
+    before), on one machine and across machines, within a few percent of linear."""
+    from simulator.library import training_library
+
+    graph = load_topology("hgx-h100", {"nodes": 2})
+    assert training_library(graph, "nccl").plan(
+        graph, "allreduce", "auto", 64 << 20, 8).algorithm == "nvls_tree"
+    rows = pd.DataFrame([{
+        "source_id": "t", "model": "ResNet-50", "dataset": "ImageNet", "hardware": "H100",
+        "framework": "Horovod", "arch": "allreduce", "gpus": g, "nodes": g // 8 or 1,
+        "gpus_per_node": min(g, 8), "precision": "FP32", "batch_per_gpu": 64,
+        "throughput_img_s": 100.0 * g, "throughput_unit": "images/s", "speedup": float(g),
+        "efficiency": 1.0, "derived_fields": "", "notes": ""} for g in (1, 8, 16)])
+    path = tmp_path / "h100.csv"
+    rows.to_csv(path, index=False)
+    points = compare_training(read_training(path), graph)
+    speedups = points.set_index("gpus")["simulated_speedup"]
+    assert 7.2 < speedups[8] < 8.0 and 14.0 < speedups[16] < 16.0
+
+
 def test_measured_single_gpu_anchor_changes_the_throughput_not_its_definition():
     measured = select(read_training(DLPERF), ["framework=OneFlow", "model=ResNet",
                                                "precision=FP32"])

@@ -689,7 +689,7 @@ def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options,
     its plan (the plan's costed links, schedule and fixed and host times)."""
     import dataclasses
 
-    from ..collective import default_options
+    from ..collective import default_options, helper_ranks
     from ..engine.dispatch import fast_collective
 
     n = len(workers)
@@ -704,7 +704,7 @@ def _library_buckets(graph, algorithm, workers, codec, buckets, slices, options,
                                         if k not in ("channels", "orders")},
                                      **plan.options})
         result = fast_collective(plan.graph, collective, plan.algorithm, size, n,
-                                 list(workers) + list(plan.helper_nodes),
+                                 list(workers) + helper_ranks(graph, plan, plan.algorithm, n),
                                  slices=plan.slices or slices,
                                  reduce_compute=plan.reduce_compute is not False,
                                  options=plan_opts)[0]
