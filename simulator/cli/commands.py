@@ -40,6 +40,17 @@ def _load(args):
     return load_topology(args.topology, _params(args.param))
 
 
+def default_algorithm(collective: str) -> str:
+    """``collective``'s algorithm when ``--algorithm`` is not given: the ring where it
+    implements the collective, else the library's own choice (``auto``: an all-to-all); the
+    ring for a name no algorithm knows, whose error lists the valid collectives."""
+    from ..schedules import ALGORITHMS
+
+    known = {c for a in ALGORITHMS.values() for c in a.collectives}
+    ring = ALGORITHMS["ring"].collectives
+    return "auto" if collective in known and collective not in ring else "ring"
+
+
 def _algorithms(spec: str, collective: str) -> list[str]:
     from ..schedules import ALGORITHMS
 
@@ -149,6 +160,8 @@ def cmd_collective(args) -> int:
     sizes = [size for text in args.size for size in parse_sizes(text, what="--size")]
     if args.slices < 1:
         raise ConfigError(f"--slices must be >= 1, got {args.slices}")
+    if args.algorithm is None:
+        args.algorithm = default_algorithm(args.collective)
     algorithms = _algorithms(args.algorithm, args.collective)
     lib_args = library_args(args, graph)
     library = lib_args["library"]
@@ -559,8 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use the first N GPUs (hosts on star/fat_tree); default: all")
     c.add_argument("--collective", default="allreduce",
                    help="allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall")
-    c.add_argument("--algorithm", default="ring",
-                   help="a registered name, a comma-separated list, 'all' or 'auto'")
+    c.add_argument("--algorithm", default=None,
+                   help="a registered name, a comma-separated list, 'all' or 'auto' "
+                        "(default: ring; auto for an all-to-all, which the ring does not do)")
     c.add_argument("--size", action="append", required=True,
                    help="message size with unit, e.g. 64MiB; a list 1MiB,16MiB; or a range "
                         "as nccl-tests sweeps: 8B:8GiB (doubling, -f 2), 8B:8GiB:x4, "
