@@ -507,14 +507,18 @@ def test_cli_builds_the_machines_the_file_states(tmp_path, capsys):
     assert (auto > one_machine).all() and auto[0] > 1.2 * one_machine[0]
     # the rule calibrate shares: a given count, a count the preset holds, and a topology that
     # takes no machine count all keep the user's parameters
-    from simulator.cli.compare import stated_params
+    from simulator.cli.compare import stated_topology
 
-    assert stated_params("l40s-pcie", {}, picked) == {"nodes": "2"}
-    assert stated_params("l40s-pcie", {"nodes": "1"}, picked) == {"nodes": "1"}
-    assert stated_params("l40s-pcie", {"nodes": "3"}, picked) == {"nodes": "3"}
-    assert stated_params("dgx-a100-2node", {}, picked) == {}
-    assert stated_params("star", {"hosts": "8"}, picked) == {"hosts": "8"}
-    assert stated_params("l40s-pcie", {}, picked.drop(columns=["nodes"])) == {}
+    def params(*args):
+        return stated_topology(*args)[0]
+
+    assert params("l40s-pcie", {}, picked) == {"nodes": "2"}
+    assert stated_topology("l40s-pcie", {}, picked)[1].graph["params"]["nodes"] == 2
+    assert params("l40s-pcie", {"nodes": "1"}, picked) == {"nodes": "1"}
+    assert params("l40s-pcie", {"nodes": "3"}, picked) == {"nodes": "3"}
+    assert params("dgx-a100-2node", {}, picked) == {}
+    assert params("star", {"hosts": "8"}, picked) == {"hosts": "8"}
+    assert params("l40s-pcie", {}, picked.drop(columns=["nodes"])) == {}
     # calibrate builds the same machines, and the preset it writes loads with them (a
     # --param value is written as the number it reads as, not as text)
     out = tmp_path / "cal.yaml"

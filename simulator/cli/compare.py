@@ -90,29 +90,29 @@ def _machines(graph) -> int:
     return len({graph.nodes[e].get("node_index", 0) for e in endpoints(graph)})
 
 
-def stated_params(name: str, params: dict, points: pd.DataFrame, origin: str = "") -> dict:
-    """The builder parameters a file's points run on: ``params``; where the points state
-    more machines than topology ``name`` builds with them and ``--param nodes`` is not given,
+def stated_topology(name: str, params: dict, points: pd.DataFrame, origin: str = ""):
+    """``(params, topology)`` a file's points run on: ``name`` built with ``params``; where
+    the points state more machines than that has and ``--param nodes`` is not given, built
     with ``nodes`` set to the machines they state (one two-machine row of ``l40s-pcie`` runs
     on two machines, not on four GPUs of one), with a note on standard error. A topology that
-    cannot take the count keeps ``params`` (its own error names the layout a point needs)."""
+    cannot take the count stays as given (its own error names the layout a point needs)."""
     from ..errors import ClusterSimError
     from ..topology import load_topology
 
+    graph = load_topology(name, params)
     stated = _stated_machines(points)
-    if "nodes" in params or stated is None:
-        return params
+    if "nodes" in params or stated is None or stated <= _machines(graph):
+        return params, graph
+    bigger = {**params, "nodes": str(stated)}
     try:
-        if stated <= _machines(load_topology(name, params)):
-            return params
-        bigger = {**params, "nodes": str(stated)}
-        if _machines(load_topology(name, bigger)) != stated:
-            return params
+        built = load_topology(name, bigger)
     except ClusterSimError:
-        return params
+        return params, graph
+    if _machines(built) != stated:
+        return params, graph
     print(f"clustersim: {origin or 'the measured file'} states {stated} machines; topology "
           f"{name!r} built with nodes={stated} (--param nodes=N to choose)", file=sys.stderr)
-    return bigger
+    return bigger, built
 
 
 def _scenario_slices(args) -> int | None:
@@ -199,7 +199,6 @@ def is_llm_file(path: str) -> bool:
 def cmd_compare(args) -> int:
     from ..comparison.collective import compare, mape_failures, summarise
     from ..report.compare_plots import COMPARE_PLOTS
-    from ..topology import load_topology
 
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
@@ -233,7 +232,7 @@ def cmd_compare(args) -> int:
     measured = read_points(args.measured, args.collective, args.ranks)
     frames = []
     for name, params, part in _topology_groups(args, measured):
-        graph = load_topology(name, stated_params(name, params, part, args.measured))
+        _, graph = stated_topology(name, params, part, args.measured)
         frames.append(compare(part, graph, slices=slices, algorithm_override=algorithm,
                               **library_args(args, graph)))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -288,7 +287,6 @@ def cmd_compare_training(args) -> int:
                                    summarise_training)
     from ..measure.schema import read_training
     from ..report.compare_plots import speedup_measured_vs_simulated
-    from ..topology import load_topology
     from ..workload.frameworks import parse_framework
 
     for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
@@ -314,7 +312,7 @@ def cmd_compare_training(args) -> int:
         measured = select(measured, args.select)
     frames = []
     for name, params, part in _topology_groups(args, measured):
-        graph = load_topology(name, stated_params(name, params, part, args.measured))
+        _, graph = stated_topology(name, params, part, args.measured)
         lib = library_args(args, graph)
         library = training_library(graph, lib["library"], launch=lib["launch"],
                                    version=lib["version"]) or "ideal"
@@ -417,13 +415,13 @@ def _progress(evaluations: int, value: float) -> None:
 def cmd_calibrate(args) -> int:
     from ..comparison.calibrate import calibrate
     from .args import _params, library_args
-    from ..topology import load_topology
 
     if not args.out.endswith((".yaml", ".yml")):
         raise ConfigError(f"--out must name a .yaml file, got {args.out!r}")
     measured = read_points(args.measured, args.collective, args.ranks)
-    params = stated_params(args.topology, _params(args.param), measured, args.measured)
-    lib = library_args(args, load_topology(args.topology, params))
+    params, graph = stated_topology(args.topology, _params(args.param), measured,
+                                    args.measured)
+    lib = library_args(args, graph)
     if lib["library"] == "nccl":
         return _calibrate_library(args, measured, lib, params)
 
