@@ -6,7 +6,7 @@ Every fenced block tagged ``bash``, ``sh``, ``shell`` or ``console`` in ``README
 rest is output). Each command is then one of:
 
 * **run**: ``clustersim ...`` or ``python -m simulator ...``; ``tests/test_docs_commands.py``
-  runs it in a fresh folder (with ``scenarios/``, ``topologies/`` and ``tests/`` of the
+  runs it in a fresh folder (with ``scenarios/``, ``topologies/``, ``tests/`` and ``docs/`` of the
   repository linked into it) and fails on a non-zero exit;
 * **setup**: creating and activating the virtual environment and ``pip install``: not re-run,
   CI installs the package itself (``.ci/run``);
@@ -405,7 +405,7 @@ def collect(root: Path = ROOT) -> list[Block]:
 
 # -- preparing a run folder ---------------------------------------------------------------------
 
-LINKED = ("scenarios", "topologies", "tests", "notebooks", "benchmarks")
+LINKED = ("scenarios", "topologies", "tests", "notebooks", "benchmarks", "docs")
 
 
 def _set_key(doc: dict, dotted: str, value) -> None:

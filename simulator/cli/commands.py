@@ -712,6 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parsers(sub)
     from .llm import add_llm_parser
     add_llm_parser(sub)
+    from .validate import add_validate_parser
+    add_validate_parser(sub)
     return parser
 
 

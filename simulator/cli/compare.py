@@ -16,6 +16,7 @@ User mistakes raise :class:`~simulator.errors.ClusterSimError` (exit 2 in ``clus
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -196,16 +197,35 @@ def is_llm_file(path: str) -> bool:
     return is_llm_table(_header(path))
 
 
-def cmd_compare(args) -> int:
-    from ..comparison.collective import compare, mape_failures, summarise
-    from ..report.compare_plots import COMPARE_PLOTS
+@dataclass
+class Comparison:
+    """What ``compare`` computed on one measured file, before anything is printed: the file's
+    ``kind`` (``collective``, ``training`` or ``llm``), the compared ``points``, the MAPE
+    tables (``summary``), the rows skipped with their reasons, and the ``--max-mape``
+    failures at ``max_mape`` (empty when none was given)."""
 
+    kind: str
+    points: pd.DataFrame
+    summary: dict
+    skipped: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+
+
+def compared(args) -> Comparison:
+    """Simulate every point of ``args.measured`` as ``clustersim compare`` would (the same
+    flags), without printing the tables or writing files."""
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
     if is_llm_file(args.measured):
-        return cmd_compare_llm(args)
+        return _compared_llm(args)
     if is_training_file(args.measured):
-        return cmd_compare_training(args)
+        return _compared_training(args)
+    return _compared_collective(args)
+
+
+def _compared_collective(args) -> Comparison:
+    from ..comparison.collective import compare, mape_failures, summarise
+
     if args.shared_cores is not None and args.shared_cores < 1:
         raise ConfigError(f"--shared-cores must be >= 1, got {args.shared_cores}")
     for flag, value in (("--select", args.select), ("--framework", args.framework),
@@ -237,6 +257,19 @@ def cmd_compare(args) -> int:
                               **library_args(args, graph)))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     summary = summarise(points)
+    failures = mape_failures(summary, args.max_mape) if args.max_mape is not None else []
+    return Comparison("collective", points, summary, failures=failures)
+
+
+def cmd_compare(args) -> int:
+    result = compared(args)
+    if result.kind == "llm":
+        return _report_llm(args, result)
+    if result.kind == "training":
+        return _report_training(args, result)
+    from ..report.compare_plots import COMPARE_PLOTS
+
+    points, summary = result.points, result.summary
     print(format_points(points))
     print()
     print(format_summary(summary))
@@ -248,7 +281,7 @@ def cmd_compare(args) -> int:
             return written
 
         _publish(args.output, points, summary, plots)
-    return _gate(args.max_mape, mape_failures(summary, args.max_mape or 0), "size band")
+    return _gate(args.max_mape, result.failures, "size band")
 
 
 def _publish(output: str, points: pd.DataFrame, summary: dict, plots) -> None:
@@ -277,16 +310,14 @@ def _gate(max_mape: float | None, failures: list[str], groups: str) -> int:
     return 0
 
 
-def cmd_compare_training(args) -> int:
+def _compared_training(args) -> Comparison:
     """``compare`` on a training table: per-point throughput and speedup, speedup MAPE by
     arch, model and GPU count; ``--max-mape`` on the speedup MAPE of every arch."""
     from .args import library_args
     from ..library import training_library
-    from ..comparison.training import (compare_training, format_training_points,
-                                   format_training_summary, mape_failures, select,
-                                   summarise_training)
+    from ..comparison.training import (compare_training, mape_failures, select,
+                                       summarise_training)
     from ..measure.schema import read_training
-    from ..report.compare_plots import speedup_measured_vs_simulated
     from ..workload.frameworks import parse_framework
 
     for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
@@ -327,11 +358,24 @@ def cmd_compare_training(args) -> int:
                                        workers=args.workers or 1, library_for=library_for))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     skipped = [why for frame in frames for why in frame.attrs.get("skipped", [])]
+    summary = summarise_training(points)
+    failures = mape_failures(summary, args.max_mape) if args.max_mape is not None else []
+    return Comparison("training", points, summary, skipped, failures)
+
+
+def _print_skipped(skipped: list) -> None:
     for why in skipped[:5]:
         print(f"clustersim compare: skipped {why}", file=sys.stderr)
     if len(skipped) > 5:
         print(f"clustersim compare: skipped {len(skipped) - 5} more rows", file=sys.stderr)
-    summary = summarise_training(points)
+
+
+def _report_training(args, result: Comparison) -> int:
+    from ..comparison.training import format_training_points, format_training_summary
+    from ..report.compare_plots import speedup_measured_vs_simulated
+
+    points, summary = result.points, result.summary
+    _print_skipped(result.skipped)
     print(format_training_points(points))
     print()
     print(format_training_summary(summary))
@@ -341,7 +385,7 @@ def cmd_compare_training(args) -> int:
             curves.assign(speedup=curves["measured_speedup"]),
             curves.assign(speedup=curves["simulated_speedup"]),
             stage / "speedup_measured_vs_simulated"))
-    return _gate(args.max_mape, mape_failures(summary, args.max_mape or 0), "arch")
+    return _gate(args.max_mape, result.failures, "arch")
 
 
 #: Flags of ``compare`` that mean nothing for an LLM table.
@@ -349,15 +393,14 @@ _NOT_FOR_LLM = ("slices", "protocol", "framework", "ps_impl", "anchor", "shared_
                 "device", "algorithm", "collective", "workers")
 
 
-def cmd_compare_llm(args) -> int:
+def _compared_llm(args) -> Comparison:
     """``compare`` on an LLM training table (model, GPUs, layout, measured TFLOP/s per GPU or
     MFU or step time or tokens/s): each row simulated as one step on the topology's machine
     sized to the row; per-row error and MAPE / signed bias by model and GPU count. ``-o DIR``
     writes ``compare.csv`` (one row per measured row: its identifying columns, ``metric``,
     ``measured``, ``simulated``, ``error_pct``, the simulated breakdown) and ``mape.csv``;
     ``--max-mape`` gates on the overall MAPE and each model's."""
-    from ..comparison.llm import (compare_llm, format_llm_points, format_llm_summary,
-                                  summarise_llm)
+    from ..comparison.llm import compare_llm, summarise_llm
     from ..comparison.training import select
     from ..measure.llm_table import read_llm_table
     from .args import _params
@@ -382,19 +425,10 @@ def cmd_compare_llm(args) -> int:
     library = getattr(args, "library", None) or "default"
     points = compare_llm(measured, topology, params, library=library)
     skipped = points.attrs.get("skipped", [])
-    for why in skipped[:5]:
-        print(f"clustersim compare: skipped {why}", file=sys.stderr)
-    if len(skipped) > 5:
-        print(f"clustersim compare: skipped {len(skipped) - 5} more rows", file=sys.stderr)
     if len(skipped) == len(points):
         raise ConfigError(f"{args.measured}: no row could be simulated ({len(points)} skipped; "
                           f"the first: {skipped[0] if skipped else '-'})")
     summary = summarise_llm(points)
-    print(format_llm_points(points))
-    print()
-    print(format_llm_summary(summary))
-    if args.output:
-        _publish(args.output, points, summary, lambda stage: [])
     failures = []
     if args.max_mape is not None:
         for by in ("model", "overall"):
@@ -402,7 +436,19 @@ def cmd_compare_llm(args) -> int:
             for _, row in table.iterrows():
                 if row["mape_pct"] > args.max_mape:
                     failures.append(f"{by} {row.iloc[0]}: MAPE {row['mape_pct']:.1f}%")
-    return _gate(args.max_mape, failures, "model")
+    return Comparison("llm", points, summary, skipped, failures)
+
+
+def _report_llm(args, result: Comparison) -> int:
+    from ..comparison.llm import format_llm_points, format_llm_summary
+
+    _print_skipped(result.skipped)
+    print(format_llm_points(result.points))
+    print()
+    print(format_llm_summary(result.summary))
+    if args.output:
+        _publish(args.output, result.points, result.summary, lambda stage: [])
+    return _gate(args.max_mape, result.failures, "model")
 
 
 def _progress(evaluations: int, value: float) -> None:
