@@ -249,6 +249,11 @@ def test_flag_mistakes_of_validate_itself(tmp_path, capsys):
     (tmp_path / "bad.csv").write_text("case,group,mape_pct,bias_pct\nh100,overall,ten,1\n")
     assert main(["validate", str(suite), "--baseline", str(tmp_path / "bad.csv")]) == 2
     assert "bad.csv:2: mape_pct 'ten' is not a number" in capsys.readouterr().err
+    (tmp_path / "twice.csv").write_text("case,group,mape_pct,bias_pct\nh100,overall,1,1\n"
+                                        "h100,overall,2,2\n")
+    assert main(["validate", str(suite), "--baseline", str(tmp_path / "twice.csv")]) == 2
+    assert "twice.csv:3: case h100 group overall again (first on line 2)" in \
+        capsys.readouterr().err
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     assert main(["validate", str(suite), "--baseline", str(tmp_path / "other.csv")]) == 2
     assert "not a validation.csv of clustersim validate: no column case" in \
@@ -263,3 +268,41 @@ def test_only_runs_the_named_cases_in_suite_order(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "v" / "validation.csv")
     assert set(table["case"]) == {"a100"}
     assert set(table["group"]) <= {*BANDS, OVERALL}
+
+
+def test_a_training_case_scores_its_speedup_and_one_gpu_alone_scores_nothing(tmp_path, capsys):
+    table = ROOT / "tests" / "data" / "training" / "train_nvdle_mxnet_rn50_dgx_2021.csv"
+    suite = _suite(tmp_path, f"""
+cases:
+  - name: mxnet
+    file: {table}
+    args: --topology dgx1-v100 --select hardware=DGX-1
+  - name: collective
+    file: {TABLES / SMALL}
+    args: --topology hgx-h100
+""")
+    assert main(["validate", str(suite), "-o", str(tmp_path / "v")]) == 0
+    rows = pd.read_csv(tmp_path / "v" / "validation.csv")
+    mxnet = rows[rows["case"] == "mxnet"]
+    assert list(mxnet["group"]) == [OVERALL] and list(mxnet["kind"]) == ["training"]
+    assert main(["compare", str(table), "--topology", "dgx1-v100", "--select", "hardware=DGX-1",
+                 "-o", str(tmp_path / "alone")]) == 0
+    alone = pd.read_csv(tmp_path / "alone" / "mape.csv")
+    alone = alone[alone["table"] == "overall"].iloc[0]
+    assert mxnet["points"].iloc[0] == alone["points"] == 6
+    assert mxnet["mape_pct"].iloc[0] == pytest.approx(alone["mape_pct"], abs=1e-3)
+    assert mxnet["bias_pct"].iloc[0] == pytest.approx(alone["bias_pct"], abs=1e-3)
+    means_now = pd.read_csv(tmp_path / "v" / "means.csv")
+    assert set(means_now["kind"]) == {"training", "collective"}   # kinds are not mixed
+    capsys.readouterr()
+    # the one-GPU rows alone (its counts are 1, 2, 4 and 8): a speedup of 1 by construction,
+    # nothing to score
+    one = _suite(tmp_path, f"""
+cases:
+  - name: single
+    file: {table}
+    args: --topology dgx1-v100 --select hardware=DGX-1 --select gpus=1
+""", name="one.yaml")
+    assert main(["validate", str(one)]) == 2
+    err = capsys.readouterr().err
+    assert "case single failed: nothing to score" in err

@@ -67,6 +67,10 @@ def run_case(case) -> dict:
         return {"name": case.name, "kind": "", "rows": None, "points": None,
                 "error": str(exc)}
     rows = case_rows(case.name, result.kind, result.summary)
+    if rows.empty:
+        return {"name": case.name, "kind": result.kind, "rows": None, "points": None,
+                "error": f"nothing to score: {len(result.points)} compared points, none in a "
+                         f"size band or with more than one GPU"}
     rows["command"] = case.command()
     return {"name": case.name, "kind": result.kind, "rows": rows, "points": result.points,
             "error": None}

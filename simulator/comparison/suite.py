@@ -222,10 +222,15 @@ def read_baseline(path) -> pd.DataFrame:
     if missing:
         raise ConfigError(f"{origin}: not a validation.csv of clustersim validate: no column "
                           f"{', '.join(missing)} (it has {', '.join(header)})")
-    rows = []
+    rows, seen = [], {}
     for line, record in records:
         row = {"case": record["case"].strip(), "group": record["group"].strip(),
                "kind": record.get("kind", "").strip()}
+        key = (row["case"], row["group"])
+        if key in seen:
+            raise ConfigError(f"{origin}:{line}: case {key[0]} group {key[1]} again (first on "
+                              f"line {seen[key]}); a baseline has one row per case and group")
+        seen[key] = line
         for column in ("mape_pct", "bias_pct", "points"):
             if column not in record:
                 continue
