@@ -228,6 +228,13 @@ def test_a_bad_case_flag_stops_the_suite_before_any_case_runs(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_the_suites_flags_are_refused_in_a_case_however_spelt(tmp_path, capsys):
+    suite = _fine_and(tmp_path, "abbrev", "--topology hgx-h100 --out elsewhere")
+    assert main(["validate", str(suite)]) == 2
+    err = capsys.readouterr().err
+    assert "suite.yaml:8: case abbrev: args: -o/--output is the suite's to set" in err
+
+
 def test_a_case_that_fails_while_running_is_named_and_nothing_is_written(tmp_path, capsys):
     suite = _fine_and(tmp_path, "nopreset", "--topology no-such-machine")
     out = tmp_path / "out"

@@ -46,12 +46,19 @@ def case_namespace(case, parser=None) -> argparse.Namespace:
     """The parsed ``compare`` flags of ``case``, or a ConfigError naming the case."""
     parser = parser or _compare_parser()
     try:
-        return parser.parse_args(["compare", str(case.file), *case.args])
+        args = parser.parse_args(["compare", str(case.file), *case.args])
     except ConfigError as exc:
         raise ConfigError(f"{case.origin}:{case.line}: case {case.name}: args: {exc}") from None
     except SystemExit:   # -h in a case's args
         raise ConfigError(f"{case.origin}:{case.line}: case {case.name}: args: -h/--help is "
                           f"not a comparison") from None
+    # the suite's own flags, however spelt (argparse takes --out for --output)
+    for flag, value in (("-o/--output", args.output), ("--max-mape", args.max_mape),
+                        ("--workers", args.workers)):
+        if value is not None:
+            raise ConfigError(f"{case.origin}:{case.line}: case {case.name}: args: {flag} is "
+                              f"the suite's to set, not a case's")
+    return args
 
 
 def run_case(case) -> dict:
