@@ -278,6 +278,14 @@ def test_only_runs_the_named_cases_in_suite_order(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "v" / "validation.csv")
     assert set(table["case"]) == {"a100"}
     assert set(table["group"]) <= {*BANDS, OVERALL}
+    # the same from Python (a notebook): the table as the command writes it
+    from simulator.cli.validate import run_suite
+
+    again, results = run_suite(suite, only=["a100"])
+    pd.testing.assert_frame_equal(again, table, check_dtype=False)
+    assert [r["name"] for r in results] == ["a100"] and len(results[0]["points"]) == 12
+    with pytest.raises(ConfigError, match="1 of 1 cases failed"):
+        run_suite(_fine_and(tmp_path, "bad", "--topology no-such-machine"), only=["bad"])
 
 
 def test_a_training_case_scores_its_speedup_and_one_gpu_alone_scores_nothing(tmp_path, capsys):

@@ -101,11 +101,40 @@ def _run(cases, workers: int) -> list[dict]:
         return results
 
 
+def run_suite(suite, only: list[str] | None = None, workers: int = 1):
+    """Run a suite's cases (a path, or a loaded :class:`~simulator.comparison.suite.Suite`):
+    ``(table, results)``, the long table of :data:`~simulator.comparison.suite.COLUMNS` plus
+    ``command``, and each case's result (``name``, ``kind``, ``rows``, ``points``: its
+    compared points). The Python face of ``clustersim validate``, for notebooks:
+
+    >>> table, _ = run_suite("docs/validation/collectives.yaml", only=["thanos"])  # doctest: +SKIP
+
+    Every case's flags are checked before any case runs; a case that fails while running
+    raises ConfigError naming every failed case (their messages go to standard error)."""
+    from ..comparison import suite as sv
+
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
+    chosen = suite if isinstance(suite, sv.Suite) else sv.load_suite(suite)
+    chosen = chosen.only(only)
+    parser = _compare_parser()
+    for case in chosen.cases:        # every case's flags checked before any case runs
+        case_namespace(case, parser)
+    results = _run(chosen.cases, workers)
+    failed = [r for r in results if r["error"]]
+    if failed:
+        by_name = {c.name: c for c in chosen.cases}
+        for r in failed:
+            print(f"clustersim validate: case {r['name']} failed: {r['error']}\n"
+                  f"  {by_name[r['name']].command()}", file=sys.stderr)
+        raise ConfigError(f"{chosen.origin}: {len(failed)} of {len(results)} cases failed "
+                          f"({', '.join(r['name'] for r in failed)}); nothing was written")
+    return pd.concat([r["rows"] for r in results], ignore_index=True), results
+
+
 def cmd_validate(args) -> int:
     from ..comparison import suite as sv
 
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.max_regression is not None:
         if not args.max_regression >= 0:
             raise ConfigError(f"--max-regression must be percentage points >= 0, got "
@@ -113,21 +142,11 @@ def cmd_validate(args) -> int:
         if not args.baseline:
             raise ConfigError("--max-regression needs --baseline (an earlier run's "
                               "validation.csv) to compare with")
-    chosen = sv.load_suite(args.suite).only(args.only)
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    chosen = sv.load_suite(args.suite)
     baseline = sv.read_baseline(args.baseline) if args.baseline else None
-    parser = _compare_parser()
-    for case in chosen.cases:        # every case's flags checked before any case runs
-        case_namespace(case, parser)
-    results = _run(chosen.cases, args.workers)
-    failed = [r for r in results if r["error"]]
-    if failed:
-        by_name = {c.name: c for c in chosen.cases}
-        for r in failed:
-            print(f"clustersim validate: case {r['name']} failed: {r['error']}\n"
-                  f"  {by_name[r['name']].command()}", file=sys.stderr)
-        raise ConfigError(f"{args.suite}: {len(failed)} of {len(results)} cases failed "
-                          f"({', '.join(r['name'] for r in failed)}); nothing was written")
-    table = pd.concat([r["rows"] for r in results], ignore_index=True)
+    table, results = run_suite(chosen, args.only, args.workers)
     joined = sv.against(table, baseline) if baseline is not None else None
     if chosen.description:
         print(chosen.description)
