@@ -92,6 +92,23 @@ def test_the_projects_suite_reproduces_its_committed_baseline(tmp_path, capsys):
     assert len(list((out / "cases").glob("*.csv"))) == 40
 
 
+def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp_path, capsys):
+    # the whole training suite takes about 2 minutes; its two quick tables (a training table
+    # and the LLM table, 10 s) hold the committed numbers to the same resolution
+    suite = ROOT / "docs" / "validation" / "training.yaml"
+    committed = ROOT / "docs" / "validation" / "training.csv"
+    assert main(["validate", str(suite), "--only", "nvdle-dgx1", "--only", "megatron",
+                 "-o", str(tmp_path / "t"), "--baseline", str(committed),
+                 "--max-regression", "0.0015"]) == 0
+    now = pd.read_csv(tmp_path / "t" / "validation.csv").set_index("case")
+    before = pd.read_csv(committed).set_index("case")
+    assert sorted(before.index) == sorted(c.name for c in load_suite(suite).cases)
+    for case in ("nvdle-dgx1", "megatron"):
+        for column in ("points", "mape_pct", "bias_pct"):
+            assert now.loc[case, column] == pytest.approx(before.loc[case, column], abs=0.0015)
+    assert now.loc["megatron", "kind"] == "llm" and now.loc["nvdle-dgx1", "kind"] == "training"
+
+
 def test_a_case_gives_what_compare_gives_and_the_means_weigh_cases_alike(tmp_path, capsys):
     suite = _two_cases(tmp_path)
     assert main(["validate", str(suite), "-o", str(tmp_path / "v")]) == 0
