@@ -24,7 +24,6 @@ import pandas as pd
 from ..errors import ClusterSimError, ConfigError
 
 EXIT_REGRESSION = 1
-EXIT_FAILED = 2
 
 
 class _CaseParser(argparse.ArgumentParser):
