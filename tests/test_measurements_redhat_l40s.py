@@ -38,13 +38,35 @@ def _bands(path, **params):
 
 
 def test_where_the_simulator_stands_on_sockets_and_roce():
-    """Both machines level at 3.1-3.3 GB/s per channel from 256 KiB (the measured bus bandwidth
-    doubles when NCCL doubles its channels at 1-2 MiB), through host memory in both runs
-    (sockets always; RoCE without GPUDirect, the GPU-NIC path being NODE); the model sends at
-    the PCIe links' rate: 55-62 % too fast from 1 MiB. Small socket calls are 23 % too slow."""
+    """Both runs move their network bytes through host memory (sockets always; RoCE without
+    GPUDirect RDMA, the source's GPU-NIC path being NODE), so every network connection of a
+    call carries at most HOST_STAGED_CHANNEL_BYTES_PER_S, the rate fitted on these two tables'
+    >= 1 MiB rows (docs/validation/sources.md, "Channels staged through host memory"): each
+    within 15 % there, on either side. Small socket calls stay too slow (12-13 us measured,
+    NCCL's own network latency modelled)."""
     socket, bands = _bands(SOCKET, transport="socket")
-    assert bands.loc[">=1MiB", "bias_pct"] < -55 and bands.loc["<64KiB", "bias_pct"] > 15
+    assert -15 < bands.loc[">=1MiB", "bias_pct"] < 0 and bands.loc[">=1MiB", "mape_pct"] < 15
+    assert bands.loc["<64KiB", "bias_pct"] > 15
     assert set(socket["launch_mode"]) == {"mpi"}
+    _, bands = _bands(ROCE, nic_attach=["bridge", "bridge"])
+    assert 0 < bands.loc[">=1MiB", "bias_pct"] < 15 and bands.loc[">=1MiB", "mape_pct"] < 15
+    assert abs(bands.loc["<64KiB", "bias_pct"]) < 15
+    # the preset's layout (each NIC on a GPU's PCIe switch) keeps GPUDirect RDMA on: no cap,
+    # and the PCIe links' rate is 50 % too fast, as before the cap
     _, bands = _bands(ROCE)
     assert bands.loc[">=1MiB", "bias_pct"] < -50
-    assert abs(bands.loc["<64KiB", "bias_pct"]) < 15
+
+
+def test_the_staged_rate_is_the_plateau_of_a_two_machine_socket_ring():
+    """Two machines of one GPU over sockets: NCCL's Simple ring runs two channels, each of
+    two connections between the machines at the staged rate, so the bus bandwidth levels at
+    2 x HOST_STAGED_CHANNEL_BYTES_PER_S (the NIC's 200 Gb/s and the GPU's PCIe are faster),
+    whatever channels the schedule itself runs (one ring per NIC here)."""
+    from simulator.library import netplugins
+
+    graph = load_topology("l40s-pcie", {"nodes": 2, "gpus_per_node": 1, "transport": "socket"})
+    points = read_measurements(SOCKET)
+    big = points[points["size_bytes"] == 8 << 30]
+    busbw = compare(big, graph)["simulated_busbw_GBps"].iloc[0]
+    # the per-step latencies of NCCL's 512 KiB Simple steps keep it a few per cent below
+    assert 0.95 < busbw / (2 * netplugins.HOST_STAGED_CHANNEL_BYTES_PER_S / 1e9) < 1

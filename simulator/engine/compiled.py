@@ -27,7 +27,7 @@ import math
 import networkx as nx
 import numpy as np
 
-from ..schedules.base import Schedule, local_flow_caps
+from ..schedules.base import Schedule, connection_caps
 from ..schedules.deps import dependencies, epochs
 from .common import (FastResult, _reduce_totals, drop_stale_kernel_caches, interrupts_deferred,
                      numba_available, placed, with_connection_caps)
@@ -122,7 +122,7 @@ def compiled_time(schedule: Schedule, graph: nx.DiGraph, placement,
     n_links = len(caps)
     path_of, res_ptr, res_idx, latency, caps = with_connection_caps(
         path_of, res_ptr, res_idx, latency, caps,
-        local_flow_caps(schedule.notes, schedule.src[heads], schedule.dst[heads]))
+        connection_caps(schedule.notes, schedule.src[heads], schedule.dst[heads]))
     with interrupts_deferred():
         time_s, carried, _dev_s, solves, _t_done = simulate_schedule(
             conn_ptr, members, conn_of, path_of, res_ptr, res_idx, latency,

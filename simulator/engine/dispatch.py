@@ -31,7 +31,7 @@ from typing import Callable
 import networkx as nx
 
 from ..errors import ResourceError, SimulationError
-from ..schedules.base import LOCAL_FLOW_CAP_NOTE, Schedule
+from ..schedules.base import FLOW_CAP_NOTES, Schedule
 from ..schedules.registry import estimated_transfers
 from .common import FastResult
 from .aligned import aligned_time
@@ -107,7 +107,7 @@ def _ring_applies(call: Call) -> str | None:
         return f"pipelined (slices={call.slices})"
     if call.options.get("orders") is not None or call.options.get("barriers"):
         return "explicit orders or barriers: not the free-running ring the shortcuts time"
-    return None
+    return _uncapped(call)
 
 
 def _ring_run(call: Call) -> FastResult:
@@ -138,11 +138,14 @@ def _tree_run(call: Call) -> FastResult:
 
 def _uncapped(call: Call) -> str | None:
     """Why a step method cannot time the call: its connections carry their own rate caps
-    (:data:`~simulator.schedules.base.LOCAL_FLOW_CAP_NOTE`), which the event engine and the
+    (:data:`~simulator.schedules.base.FLOW_CAP_NOTES`), which the event engine and the
     compiled methods (tree pipeline, compiled events) model."""
     if (call.options.get("local_flow_cap_bytes_per_s") is not None
-            or (call.schedule is not None and LOCAL_FLOW_CAP_NOTE in call.schedule.notes)):
-        return "connections with their own rate caps (local_flow_cap_bytes_per_s)"
+            or call.options.get("network_flow_cap") is not None
+            or (call.schedule is not None
+                and any(note in call.schedule.notes for note in FLOW_CAP_NOTES))):
+        return ("connections with their own rate caps (local_flow_cap_bytes_per_s, "
+                "network_flow_cap)")
     return None
 
 

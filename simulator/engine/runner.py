@@ -41,7 +41,7 @@ import simpy
 
 from ..errors import SimulationError, TopologyError
 from ..guard import check_event_run
-from ..schedules.base import Schedule, local_flow_caps
+from ..schedules.base import Schedule, connection_caps
 from ..schedules.deps import dependencies, epochs, packed_sort
 from ..topology.routing import Router
 from .common import check_placement, drop_stale_kernel_caches, numba_available
@@ -266,7 +266,7 @@ class Engine:
             return found
         net = self.network
         paths, conn_res = [], []
-        caps = local_flow_caps(schedule.notes, prep.head_src, prep.head_dst)
+        caps = connection_caps(schedule.notes, prep.head_src, prep.head_dst)
         for c, (s, d) in enumerate(zip(prep.head_src, prep.head_dst)):
             path = self.router.path(placement[s], placement[d])
             paths.append(path)

@@ -49,7 +49,8 @@ import math
 import networkx as nx
 import numpy as np
 
-from ..schedules.base import LOCAL_FLOW_CAP_NOTE, local_flow_caps, split_bytes
+from ..schedules.base import (LOCAL_FLOW_CAP_NOTE, NETWORK_FLOW_CAP_NOTE, connection_caps,
+                              network_flow_cap, split_bytes)
 from .common import (FastResult, drop_stale_kernel_caches, interrupts_deferred, numba_available,
                      placed, with_connection_caps)
 
@@ -143,10 +144,14 @@ def tree_pipeline_time(graph: nx.DiGraph, placement, collective: str, algorithm:
     caps = paths.caps()
     n_links = len(caps)
     cap = options.get("local_flow_cap_bytes_per_s")
-    # the schedule's per-connection caps (schedules.base.local_flow_caps), from the options
+    network_cap = options.get("network_flow_cap")
+    # the schedule's per-connection caps (schedules.base.connection_caps), from the options
     # the schedule would be built with
-    flow_caps = local_flow_caps({} if cap is None else {
-        LOCAL_FLOW_CAP_NOTE: (cap, int(options.get("local_ranks") or p))}, conn_src, conn_dst)
+    notes = {} if cap is None else {LOCAL_FLOW_CAP_NOTE: (cap, int(options.get("local_ranks")
+                                                                    or p))}
+    if network_cap is not None:
+        notes[NETWORK_FLOW_CAP_NOTE] = network_flow_cap(network_cap, len(trees))
+    flow_caps = connection_caps(notes, conn_src, conn_dst)
     capped = bool(np.isfinite(flow_caps).any())
     phases = (collective in UP_COLLECTIVES) + (collective in DOWN_COLLECTIVES)
     bytes_sent = float(seg_bytes.sum()) * (p - 1) * phases

@@ -66,9 +66,10 @@ from . import nccl_env
 from .base import Plan
 from .launch import LAUNCH_COSTS, parse_launch
 from .transport import NETWORK_LINK_KINDS, framing
-from .netplugins import (NcclSettings, handshake_latency_us, host_copy_us, message_extra_us,
-                         nccl_settings, net_post_overhead_us, network_step_latency_us,
-                         plugin_tuner_applies, proxy_step_us)
+from .netplugins import (HOST_STAGED_CHANNEL_BYTES_PER_S, NcclSettings, handshake_latency_us,
+                         host_copy_us, host_staged, message_extra_us, nccl_settings,
+                         net_post_overhead_us, network_step_latency_us, plugin_tuner_applies,
+                         proxy_step_us)
 from .ofi_regions import region_choice
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
@@ -927,6 +928,7 @@ class NcclLibrary:
         tree_chunk = None
         nvlink_scale = 1.0
         channel_cap = math.inf  # bytes/s out of each GPU
+        nccl_channels = 1  # the channels NCCL runs the call on (their connections' caps)
         fill_s = 0.0
         if c.algorithm == "ring":
             # NCCL's ring as its kernels run it (simulator.library.datapath), timed by the
@@ -1001,6 +1003,7 @@ class NcclLibrary:
             # forward hop by hop (one FIFO step each), so a mid-size call has few transfers on
             # a link at a time. Across machines the NIC moves them.
             options["local_flow_cap_bytes_per_s"] = 2 * one_channel
+            nccl_channels = runtime
             if chains is not None:
                 options["chains"] = chains
         elif c.algorithm == "collnet_direct":
@@ -1034,6 +1037,11 @@ class NcclLibrary:
                                  local, facts.nodes,
                                  c.algbw_GBps * 1e9 * self.scale["bandwidth"])
             fixed += fill_s
+        if c.algorithm == "ring":
+            nccl_channels = used
+        staged = self._staged_cap(facts, wire_scale, nccl_channels)
+        if staged is not None:
+            options["network_flow_cap"] = staged
         handshake_s, messages_s = self._message_costs_s(
             facts, c, collective, int(size_bytes), used, path, tree_chunk,
             ring_overhead_charged=v.net_overhead)
@@ -1052,6 +1060,19 @@ class NcclLibrary:
                            **({"net_messages_us": messages_s * 1e6} if messages_s else {}),
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **(path.as_notes() if path is not None else {})})
+
+    def _staged_cap(self, facts: MachineFacts, wire_scale: float, channels: int) -> tuple | None:
+        """The ``network_flow_cap`` option of a call on ``channels`` NCCL channels whose network
+        connections NCCL stages through host memory (sockets; no GPUDirect RDMA:
+        :func:`~.netplugins.host_staged`), else None: each channel's connection between
+        machines at :data:`~.netplugins.HOST_STAGED_CHANNEL_BYTES_PER_S` of the protocol's wire
+        bytes (``wire_scale`` of them payload). Time only: NCCL's search and tuner do not see
+        it."""
+        if facts.nodes < 2 or not host_staged(facts.transport, facts.network,
+                                              facts.gpu_nic_path):
+            return None
+        cap = HOST_STAGED_CHANNEL_BYTES_PER_S * wire_scale * self.scale["bandwidth"]
+        return cap, max(1, int(facts.ranks_per_node)), max(1, int(channels))
 
     def _tree_pattern_factor(self, facts: MachineFacts) -> float:
         """The share of a tree's bus bandwidth NCCL's tuner keeps for the pattern its search

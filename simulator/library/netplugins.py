@@ -137,6 +137,10 @@ class NetTransport:
         What a network step on the call's latency path costs beyond ``hwLat[NET]``, in units
         of NCCL's own "network post overhead" of the host's CPU (:func:`net_post_overhead_us`:
         1 us Intel, 2 us AMD); 0 for transports whose per-message cost is given otherwise.
+    host_buffers_only : bool
+        The transport moves bytes only from and to host memory (``props->ptrSupport =
+        NCCL_PTR_HOST``): every connection's buffers are staged there
+        (:func:`host_staged`).
     settings : tuple of (tuple, NcclSettings)
         The platform's documented NCCL environment by the NCCL release it ships with:
         ``((major, minor), settings)`` pairs, oldest first; the last whose version is not newer
@@ -164,6 +168,7 @@ class NetTransport:
     host_copy_above_bytes: int | None = None
     host_copy_us: float = 0.0
     proxy_posts_per_step: float = 0.0
+    host_buffers_only: bool = False
     settings: tuple = ()
     sources: dict = field(default_factory=dict)
 
@@ -462,7 +467,10 @@ _add(NetTransport(
              "message_latency_us": "not published (no source found): NCCL's figure stands"}))
 _add(NetTransport(
     "socket", "NET/Socket", ("ethernet", "ib"), 1500, _IPV4 + _TCP + _TCP_TS, ETH_L2_OVERHEAD,
-    sources={"framing": "1500 B Ethernet MTU, TCP/IPv4 with timestamps (RFC 791, 9293, 7323) + "
+    host_buffers_only=True,
+    sources={"host_buffers_only": "NVIDIA/nccl v2.27.3-1 src/transport/net_socket.cc:108 "
+                                  "'props->ptrSupport = NCCL_PTR_HOST'",
+             "framing": "1500 B Ethernet MTU, TCP/IPv4 with timestamps (RFC 791, 9293, 7323) + "
                         "IEEE 802.3 L2",
              "reported_latency_us": f"{_NCCL} src/transport/net_socket.cc:101 "
                                     "'props->latency = 0; // Not set'",
@@ -694,6 +702,35 @@ def _resolve(transport, network: str = "ib") -> NetTransport:
     return get_transport(transport, network)
 
 
+#: What one NCCL network connection (one channel to one peer) carries when its buffers are
+#: in host memory, bytes/s: the GPU's thread block writes the bytes it sends into host memory
+#: and reads the bytes it receives from there, across PCIe, and the transport moves them
+#: between the hosts (NCCL's net transport without GPUDirect RDMA: ``sendSetup`` /
+#: ``recvSetup`` place every protocol's buffer in host memory when ``useGdr`` is 0).
+#: No source gives this rate. FITTED (docs/validation/sources.md, "Channels staged through host
+#: memory"): the one value, on a 0.25 GB/s grid, with the least mean absolute error of the
+#: >= 1 MiB rows of the two published two-machine runs that stage every channel through host
+#: memory, Red Hat's L40S pair over NCCL's sockets (8.0 GB/s on two channels) and over RoCE
+#: with GPUDirect RDMA off by NCCL's distance rule (9.6 GB/s on two channels);
+#: ``tests/data/measurements/nccl_redhat_l40s_2x1_socket.csv``, ``..._2x2_roce.csv``.
+HOST_STAGED_CHANNEL_BYTES_PER_S = 4.75e9
+
+#: NCCL enables GPUDirect RDMA between a GPU and a NIC no farther apart than this path type
+#: (``NCCL_NET_GDR_LEVEL``'s default, ``PATH_PXB``: through PCIe switches only; NVIDIA/nccl
+#: v2.27.3-1 src/graph/paths.cc ``ncclTopoCheckGdr``: "GPU Direct RDMA Disabled for GPU %d /
+#: HCA %lx (distance %d > %d)"). A path across the host bridge (``phb``) stages through host
+#: memory.
+GDR_PATHS = ("pxb",)
+
+
+def host_staged(transport, network: str = "ib", gpu_nic_path: str = "pxb") -> bool:
+    """Whether NCCL stages a network connection's bytes through host memory on ``transport``:
+    always for a transport of host buffers only (sockets), and without GPUDirect RDMA, which
+    NCCL turns off when the GPU-NIC path (``pxb`` or ``phb``, :class:`~simulator.library.
+    machine.MachineFacts`) is longer than :data:`GDR_PATHS` allows."""
+    return _resolve(transport, network).host_buffers_only or gpu_nic_path not in GDR_PATHS
+
+
 # -- hooks for the nccl library -------------------------------------------------------------
 def network_step_latency_us(transport, protocol: str, network: str = "ib") -> float:
     """Latency (us) a transport adds to every network step of ``protocol`` beyond NCCL's
@@ -779,6 +816,9 @@ def describe() -> list[dict]:
                      "host_copy_above_bytes": t.host_copy_above_bytes,
                      "host_copy_us": t.host_copy_us,
                      "proxy_posts_per_step": t.proxy_posts_per_step,
+                     "host_buffers_only": t.host_buffers_only,
+                     "host_staged_channel_GBps": (HOST_STAGED_CHANNEL_BYTES_PER_S / 1e9
+                                                  if t.host_buffers_only else None),
                      "protocols": t.settings_for().protocols,
                      "settings": [(".".join(map(str, since)), entry.release, entry.protocols,
                                    entry.algorithms, entry.simple_buffer_bytes)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import ConfigError
+
 #: Collective names, in the spelling users type.
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall")
 #: The schedule note of a rate cap on transfers inside one machine: ``(cap_bytes_per_s,
@@ -39,6 +41,15 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"
 #: give each such FIFO connection a private resource of that capacity. Set by
 #: :func:`~.double_tree.double_binary_tree` (``local_flow_cap_bytes_per_s``).
 LOCAL_FLOW_CAP_NOTE = "local_flow_cap"
+#: The schedule note of a rate cap on transfers *between* machines: ``(cap_bytes_per_s,
+#: local_ranks)``. A transfer between ranks ``a`` and ``b`` with ``a // local_ranks !=
+#: b // local_ranks`` moves at most ``cap_bytes_per_s`` (a private resource per FIFO
+#: connection, as for :data:`LOCAL_FLOW_CAP_NOTE`). Set by :func:`~.registry.make_schedule`'s
+#: ``network_flow_cap`` option for every algorithm: what one network connection carries when
+#: its bytes are staged through host memory (the ``nccl`` library's plans).
+NETWORK_FLOW_CAP_NOTE = "network_flow_cap"
+#: Both per-connection cap notes, as the engines look for them.
+FLOW_CAP_NOTES = (LOCAL_FLOW_CAP_NOTE, NETWORK_FLOW_CAP_NOTE)
 
 _TRANSFER_FIELDS = ("src", "dst", "src_chunk", "dst_chunk", "nchunks", "reduce", "step",
                     "phase", "channel", "sync")
@@ -203,15 +214,43 @@ class ScheduleBuilder:
                         **arrays)
 
 
-def local_flow_caps(notes: dict, src, dst) -> np.ndarray:
+def connection_caps(notes: dict, src, dst) -> np.ndarray:
     """The cap of each connection from rank ``src[i]`` to ``dst[i]`` under the schedule's
-    :data:`LOCAL_FLOW_CAP_NOTE` (``inf``: none), bytes/s."""
+    :data:`LOCAL_FLOW_CAP_NOTE` (connections inside a machine) and
+    :data:`NETWORK_FLOW_CAP_NOTE` (connections between machines), bytes/s (``inf``: none)."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    found = notes.get(LOCAL_FLOW_CAP_NOTE)
-    if found is None:
-        return np.full(len(src), np.inf)
-    cap, local = found
-    return np.where(src // local == dst // local, float(cap), np.inf)
+    caps = np.full(len(src), np.inf)
+    for note, inside in ((LOCAL_FLOW_CAP_NOTE, True), (NETWORK_FLOW_CAP_NOTE, False)):
+        found = notes.get(note)
+        if found is None:
+            continue
+        cap, local = found
+        same = src // int(local) == dst // int(local)
+        caps = np.minimum(caps, np.where(same == inside, float(cap), np.inf))
+    return caps
+
+
+def network_flow_cap(value, schedule_channels: int = 1,
+                     where: str = "option network_flow_cap") -> tuple[float, int]:
+    """The :data:`NETWORK_FLOW_CAP_NOTE` of the option ``value``: ``(cap_bytes_per_s,
+    local_ranks)``, each connection's cap, or ``(cap_bytes_per_s, local_ranks, channels)``, the
+    cap of each of ``channels`` channels the call runs, shared by the schedule's
+    ``schedule_channels`` channels (each of its connections gets ``cap x channels /
+    schedule_channels``). Checked: positive rate, positive counts."""
+    try:
+        cap, local, *rest = value
+        if len(rest) > 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected (cap_bytes_per_s, local_ranks) or (cap_bytes_per_s, "
+                          f"local_ranks, channels), got {value!r}") from None
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
+        raise ConfigError(f"{where}: expected a positive rate in bytes/s, got {cap!r}")
+    for name, count in (("ranks per machine", local), ("channels", rest[0] if rest else 1)):
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+            raise ConfigError(f"{where}: expected a positive count of {name}, got {count!r}")
+    share = int(rest[0]) / max(1, int(schedule_channels)) if rest else 1.0
+    return float(cap) * share, int(local)
 
 
 def split_bytes(size_bytes: int, parts: int) -> np.ndarray:

@@ -7,13 +7,16 @@ algorithms (:mod:`~simulator.schedules.hierarchical`) look them up here at call 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from ..errors import ConfigError, ScheduleError, unknown_name
 from ..guard import check_schedule
-from .base import COLLECTIVES, Schedule
+from .base import COLLECTIVES, NETWORK_FLOW_CAP_NOTE, Schedule, network_flow_cap
 from .transform import slice_schedule
 
 
@@ -51,8 +54,15 @@ def make_schedule(algorithm: str, collective: str, ranks: int, size_bytes: int, 
     """Build the schedule of ``algorithm`` for ``collective`` over ``ranks`` ranks.
 
     ``slices`` pipelines every transfer into that many FIFO slices (1 = step-synchronous).
-    Options the algorithm does not accept are rejected, naming the accepted ones.
+    ``network_flow_cap=(cap_bytes_per_s, local_ranks)``, accepted by every algorithm, caps
+    each connection between ranks of different machines (``local_ranks`` ranks a machine) at
+    that rate (:data:`~.base.NETWORK_FLOW_CAP_NOTE`). Options the algorithm does not accept
+    are rejected, naming the accepted ones.
     """
+    options = dict(options)
+    network_cap = options.pop("network_flow_cap", None)
+    if network_cap is not None:
+        network_flow_cap(network_cap)             # checked before the build
     if collective not in COLLECTIVES:
         raise unknown_name("collective", collective, COLLECTIVES)
     algo = get_algorithm(algorithm)
@@ -73,6 +83,10 @@ def make_schedule(algorithm: str, collective: str, ranks: int, size_bytes: int, 
     check_schedule(algorithm, collective, ranks,
                    estimated_transfers(algorithm, collective, ranks, size_bytes, options) * slices)
     schedule = algo.build(collective, ranks, int(size_bytes), **options)
+    if network_cap is not None:
+        channels = len(np.unique(schedule.channel)) if len(schedule) else 1
+        schedule = dataclasses.replace(schedule, notes={
+            **schedule.notes, NETWORK_FLOW_CAP_NOTE: network_flow_cap(network_cap, channels)})
     if slices > 1:
         check_schedule(algorithm, collective, ranks, len(schedule) * slices)
     return slice_schedule(schedule, slices)
