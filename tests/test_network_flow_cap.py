@@ -125,3 +125,24 @@ def test_the_calls_channels_share_out_over_the_schedules_own():
     # each direction carries the whole message over 4 channels of 1 GB/s
     for t in times.values():
         assert math.isclose(t, (64 << 20) / 4e9, rel_tol=1e-3)
+
+
+def test_the_cli_says_when_nccl_stages_network_bytes(capsys):
+    """``clustersim collective --algorithm auto`` names the staged rate when NCCL runs without
+    GPUDirect RDMA (sockets here), and nothing of it with GPUDirect; the staged call is
+    slower."""
+    from simulator.cli import main
+
+    def run(*extra):
+        code = main(["collective", "--topology", "l40s-pcie", "--param", "nodes=2", "--param",
+                     "gpus_per_node=1", "--algorithm", "auto", "--size", "64MiB", "--gpus", "2",
+                     "--format", "csv", *extra])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return float(out.splitlines()[1].split(",")[out.splitlines()[0].split(",").index(
+            "time_s")]), err
+
+    staged_s, err = run("--param", "transport=socket")
+    assert "staged through host memory, 4.75 GB/s a channel" in err
+    direct_s, err = run()
+    assert "staged" not in err and staged_s > 1.5 * direct_s

@@ -201,9 +201,11 @@ def cmd_collective(args) -> int:
                 how = (f"{plan.label}/{plan.protocol} on {plan.channels} channel(s)"
                        if plan.protocol else plan.label)
                 by = plan.notes.get("tuner")
+                staged = plan.notes.get("staged_channel_GBps")
                 print(f"auto: chose {how} for {args.collective} of {format_size(size)}"
-                      f" ({row['library']} library{', ' + by + ' tuner' if by else ''})",
-                      file=sys.stderr)
+                      f" ({row['library']} library{', ' + by + ' tuner' if by else ''})"
+                      + (f"; network bytes staged through host memory, {staged:.2f} GB/s a "
+                         f"channel" if staged else ""), file=sys.stderr)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     _emit(frame, args.format)

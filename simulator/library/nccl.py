@@ -1059,6 +1059,7 @@ class NcclLibrary:
                            **({"handshake_us": handshake_s * 1e6} if handshake_s else {}),
                            **({"net_messages_us": messages_s * 1e6} if messages_s else {}),
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
+                           **({"staged_channel_GBps": staged[0] / 1e9} if staged else {}),
                            **(path.as_notes() if path is not None else {})})
 
     def _staged_cap(self, facts: MachineFacts, wire_scale: float, channels: int) -> tuple | None:
