@@ -230,6 +230,13 @@ def connection_caps(notes: dict, src, dst) -> np.ndarray:
     return caps
 
 
+def positive_rate(value, where: str) -> float:
+    """``value`` checked as a rate option: a positive number of bytes/s (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{where}: expected a positive rate in bytes/s, got {value!r}")
+    return float(value)
+
+
 def network_flow_cap(value, schedule_channels: int = 1,
                      where: str = "option network_flow_cap") -> tuple[float, int]:
     """The :data:`NETWORK_FLOW_CAP_NOTE` of the option ``value``: ``(cap_bytes_per_s,
@@ -244,8 +251,7 @@ def network_flow_cap(value, schedule_channels: int = 1,
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: expected (cap_bytes_per_s, local_ranks) or (cap_bytes_per_s, "
                           f"local_ranks, channels), got {value!r}") from None
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
-        raise ConfigError(f"{where}: expected a positive rate in bytes/s, got {cap!r}")
+    positive_rate(cap, where)
     for name, count in (("ranks per machine", local), ("channels", rest[0] if rest else 1)):
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
             raise ConfigError(f"{where}: expected a positive count of {name}, got {count!r}")

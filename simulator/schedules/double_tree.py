@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import LOCAL_FLOW_CAP_NOTE, Schedule
+from .base import LOCAL_FLOW_CAP_NOTE, Schedule, positive_rate
 from .tree import Tree, btree, from_parent, positive_int, tree_schedule
 
 #: NCCL Simple protocol chunk: DEFAULT_BUFFSIZE 4 MiB / NCCL_STEPS 8 (NVIDIA/nccl src/include).
@@ -125,9 +125,6 @@ def double_binary_tree(collective: str, ranks: int, size_bytes: int, segments: i
     schedule = tree_schedule(collective, "double_binary_tree", ranks, size_bytes, trees,
                              segments)
     if local_flow_cap_bytes_per_s is not None:
-        cap = local_flow_cap_bytes_per_s
-        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
-            raise ConfigError("option local_flow_cap_bytes_per_s: expected a positive rate "
-                              f"in bytes/s, got {cap!r}")
-        schedule.notes[LOCAL_FLOW_CAP_NOTE] = (float(cap), int(local_ranks or ranks))
+        cap = positive_rate(local_flow_cap_bytes_per_s, "option local_flow_cap_bytes_per_s")
+        schedule.notes[LOCAL_FLOW_CAP_NOTE] = (cap, int(local_ranks or ranks))
     return schedule
