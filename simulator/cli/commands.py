@@ -666,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="framework time per iteration outside the GPU (e.g. 2ms; default 0)")
     tr.add_argument("--decode-per-sample", default="0s", metavar="TIME",
                     help="host CPU time per sample of the input pipeline (real data; default "
-                         "0: synthetic data)")
+                         "0: synthetic data; measure it with 'clustersim measure input')")
     tr.add_argument("--host-cores", type=int, default=None, metavar="CORES",
                     help="host cores per machine for the input pipeline (default: the "
                          "topology's CPU)")

@@ -15,6 +15,9 @@ network      a real small cluster on one Linux machine: a network namespace per 
              every link rate-limited with ``tc`` in both directions, and its topology YAML
 collectives  ``torch.distributed`` all-reduce timings: the library's own, and hand-written ring,
              binary tree and parameter server, on loopback or on the shaped network
+training     real data-parallel training steps (DDP, a parameter server), timed
+input_pipeline  the host's input pipeline (decode, crop, flip, normalise): CPU-seconds per
+             sample, with Pillow and numpy only (no PyTorch)
 
 Why a shaped network (DESIGN.md section 9): a plain loopback is CPU-bound and noisy (~45 %); a
 namespace cluster rate-limited with ``tc tbf`` matched the bandwidth model within 3-7 % for

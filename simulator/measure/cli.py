@@ -8,11 +8,14 @@
         --topology-out shaped.yaml
     clustersim measure training --network shaped --bandwidth 200Mbps --ranks 1,2,4 \\
         --aggregation ddp,ps -o training.csv --topology-out shaped.yaml
+    clustersim measure input --images ~/imagenet/train --workers 1,8 -o input.csv
 
 ``kernels`` writes the per-layer CSV that ``clustersim train --compute`` reads; ``collectives``
 writes measurement rows and, on a shaped network, the topology preset of the network it built, so
 ``clustersim collective --topology shaped.yaml`` simulates the same thing. Needs the
-``[measure]`` extra (PyTorch); a shaped network needs root and iproute2.
+``[measure]`` extra (PyTorch); a shaped network needs root and iproute2. ``input`` times the
+host's input pipeline (CPU-seconds per sample, what ``clustersim train --decode-per-sample``
+takes) with Pillow and numpy only.
 """
 
 from __future__ import annotations
@@ -122,13 +125,17 @@ def cmd_collectives(args) -> int:
     return 0
 
 
-def _rank_counts(text: str) -> list[int]:
+def _rank_counts_named(text: str, flag: str) -> list[int]:
     counts = []
-    for item in _names(text, "--ranks"):
+    for item in _names(text, flag):
         if not item.isdigit() or int(item) < 1:
-            raise ConfigError(f"--ranks expects comma-separated integers >= 1, got {item!r}")
+            raise ConfigError(f"{flag} expects comma-separated integers >= 1, got {item!r}")
         counts.append(int(item))
     return counts
+
+
+def _rank_counts(text: str) -> list[int]:
+    return _rank_counts_named(text, "--ranks")
 
 
 def cmd_training(args) -> int:
@@ -168,6 +175,45 @@ def cmd_training(args) -> int:
         print(f"wrote {write_training_csv(frame, args.output)}", file=sys.stderr)
     if args.topology_out:
         print(f"wrote {args.topology_out}", file=sys.stderr)
+    return 0
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ConfigError(f"--size expects WIDTHxHEIGHT in pixels (e.g. 500x375), got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def cmd_input(args) -> int:
+    from .input_pipeline import (available_cpus, load_images, measure_input_pipeline,
+                                 suggested_row, synthetic_jpegs, write_input_csv)
+
+    workers = (_rank_counts_named(args.workers, "--workers") if args.workers
+               else sorted({1, available_cpus()}))
+    if args.images and args.synthetic is not None:
+        raise ConfigError("give --images DIR or --synthetic N, not both")
+    if args.images:
+        images = load_images(args.images, limit=args.limit)
+    else:
+        width, height = _image_size(args.size)
+        images = synthetic_jpegs(args.synthetic if args.synthetic is not None else 64,
+                                 width, height, quality=args.quality, seed=args.seed)
+    frame = measure_input_pipeline(images, args.pipeline, workers, samples=args.samples,
+                                   seed=args.seed)
+    first = frame.iloc[0]
+    print(f"{args.pipeline} on {first['images']}: mean {first['mean_image_bytes'] / 1e3:.0f} kB, "
+          f"{first['mean_width_px']:.0f}x{first['mean_height_px']:.0f} px; "
+          f"{first['cpus']} CPUs ({first['cpu_model']})")
+    for _, row in frame.iterrows():
+        print(f"  {row['workers']:>3} worker(s)  {row['samples_per_s']:9.1f} samples/s  "
+              f"{format_duration(row['cpu_s_per_sample']):>10} CPU per sample")
+    best = suggested_row(frame)
+    print(f"simulate with: clustersim train ... --decode-per-sample "
+          f"{format_duration(best['cpu_s_per_sample']).replace(' ', '')} --host-cores "
+          f"{best['cpus']}")
+    if args.output:
+        print(f"wrote {write_input_csv(frame, args.output)}", file=sys.stderr)
     return 0
 
 
@@ -257,3 +303,28 @@ def add_measure_parser(subparsers) -> None:
     t.add_argument("--topology-out", default=None,
                    help="shaped only: write the built network as a topology YAML")
     t.set_defaults(func=cmd_training)
+
+    from .input_pipeline import PIPELINES
+
+    i = sub.add_parser("input", help="the host's input pipeline: CPU-seconds per sample "
+                                     "(decode, crop, flip, normalise) -> CSV")
+    i.add_argument("--images", default=None, metavar="DIR",
+                   help="a directory of your own .jpg/.jpeg/.png images (read recursively)")
+    i.add_argument("--limit", type=int, default=256,
+                   help="--images: at most this many files, in path order (default 256)")
+    i.add_argument("--synthetic", type=int, default=None, metavar="N",
+                   help="N synthetic JPEGs instead (default when no --images: 64)")
+    i.add_argument("--size", default="500x375", metavar="WxH",
+                   help="--synthetic: image size in pixels (default 500x375)")
+    i.add_argument("--quality", type=int, default=90,
+                   help="--synthetic: JPEG quality 1-95 (default 90)")
+    i.add_argument("--pipeline", default="imagenet-train",
+                   help=f"one of {', '.join(PIPELINES)} (default imagenet-train)")
+    i.add_argument("--workers", default=None,
+                   help="comma-separated worker-process counts (default: 1 and this "
+                        "process's CPU count)")
+    i.add_argument("--samples", type=int, default=256,
+                   help="timed samples per worker count (default 256)")
+    i.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    i.add_argument("-o", "--output", default=None, help="CSV to write")
+    i.set_defaults(func=cmd_input)

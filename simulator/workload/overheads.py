@@ -21,7 +21,9 @@ Asynchronous parameter servers do not wait for the slowest, so jitter leaves the
 costs that many CPU-seconds to read, decode and augment; the GPUs of one machine share its
 cores. Prefetching overlaps the pipeline with GPU compute, so a step takes the longer of the
 two (the data-stall model of Mohan et al., "Analyzing and Mitigating Data Stalls in DNN
-Training", VLDB 2021: training runs at min(GPU rate, preparation rate)). Synthetic data: 0.
+Training", VLDB 2021: training runs at min(GPU rate, preparation rate)). Synthetic data: 0. No
+published source gives the cost for a pipeline and a host; ``clustersim measure input``
+(:mod:`simulator.measure.input_pipeline`) measures it on the user's own images and CPUs.
 
 **Framework overhead per iteration** (``step_overhead_s``): Python, session or optimizer
 launch, paid once per step whatever N (Horovod's fusion cycle and negotiation are modelled by
