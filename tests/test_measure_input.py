@@ -144,6 +144,11 @@ def test_load_images_reads_a_tree_in_path_order_and_names_a_bad_file(tmp_path):
     (tmp_path / "broken.jpeg").write_bytes(b"\xff\xd8 not really")
     with pytest.raises(ConfigError, match="broken.jpeg"):
         ip.load_images(tmp_path)
+    (tmp_path / "broken.jpeg").unlink()
+    whole = ip.synthetic_jpegs(1, 300, 200).encoded[0]
+    (tmp_path / "truncated.jpg").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(ConfigError, match="truncated.jpg"):
+        ip.load_images(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ConfigError, match="no .jpg"):
@@ -188,7 +193,20 @@ def test_cli_feeds_train_a_starved_host(tmp_path, capsys):
 
 def test_cli_rejects_bad_input_in_one_line(tmp_path, capsys):
     for argv in (["--images", str(tmp_path), "--synthetic", "2"], ["--size", "500"],
+                 ["--size", "100000x100000"], ["--limit", "0"],
                  ["--workers", "0"], ["--pipeline", "bogus"], ["--images", str(tmp_path)],
                  ["--quality", "0"], ["--samples", "0", "--synthetic", "1", "--size", "32x32"]):
         assert main(["measure", "input", *argv]) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_worker_failure_is_one_measurement_error(small, monkeypatch):
+    from simulator.measure import MeasurementError
+
+    def broken(data, rng):
+        raise OSError("image file is truncated")
+
+    monkeypatch.setitem(ip.PIPELINES, "broken", broken)
+    with pytest.raises(MeasurementError, match="failed in a worker: OSError: image file is "
+                                               "truncated"):
+        ip.measure_input_pipeline(small, "broken", workers=[1], samples=2)

@@ -191,6 +191,7 @@ def cmd_input(args) -> int:
 
     workers = (_rank_counts_named(args.workers, "--workers") if args.workers
                else sorted({1, available_cpus()}))
+    _positive(args.limit, "--limit")
     if args.images and args.synthetic is not None:
         raise ConfigError("give --images DIR or --synthetic N, not both")
     if args.images:

@@ -79,6 +79,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CROP_SCALE = (0.08, 1.0)
 CROP_RATIO = (3.0 / 4.0, 4.0 / 3.0)
 CROP_TRIES = 10
+#: Largest synthetic image, pixels: below Pillow's decompression-bomb limit (89.5 Mpx).
+MAX_SYNTHETIC_PIXELS = 64 * 10**6
 
 COLUMNS = ("pipeline", "images", "image_count", "mean_image_bytes", "mean_width_px",
            "mean_height_px", "workers", "samples", "wall_s", "samples_per_s",
@@ -117,8 +119,11 @@ def synthetic_jpegs(count: int, width_px: int, height_px: int, quality: int = 90
     deviation 6 grey levels, encoded by Pillow at ``quality``. Deterministic for a seed."""
     if count < 1:
         raise ConfigError(f"--synthetic must be >= 1 images, got {count}")
-    if width_px < 16 or height_px < 16:
-        raise ConfigError(f"--size must be at least 16x16 pixels, got {width_px}x{height_px}")
+    if (width_px < 16 or height_px < 16
+            or width_px * height_px > MAX_SYNTHETIC_PIXELS):
+        raise ConfigError(f"--size must be at least 16x16 pixels and at most "
+                          f"{MAX_SYNTHETIC_PIXELS // 10**6} megapixels (e.g. 8000x8000), got "
+                          f"{width_px}x{height_px}")
     if not 1 <= quality <= 95:
         raise ConfigError(f"--quality must be a JPEG quality in 1..95, got {quality}")
     import io
@@ -142,7 +147,7 @@ def synthetic_jpegs(count: int, width_px: int, height_px: int, quality: int = 90
 
 def load_images(directory, limit: int = 256) -> InputImages:
     """Up to ``limit`` image files under ``directory`` (recursively, sorted by path), read into
-    memory; every one is checked to decode."""
+    memory; every one is decoded once to check it."""
     if limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {limit}")
     root = Path(directory)
@@ -152,15 +157,12 @@ def load_images(directory, limit: int = 256) -> InputImages:
                    if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)[:limit]
     if not paths:
         raise ConfigError(f"--images {str(directory)!r}: no {', '.join(IMAGE_SUFFIXES)} files")
-    import io
-
-    Image = _pillow()
     encoded = []
     for path in paths:
         data = path.read_bytes()
         try:
-            with Image.open(io.BytesIO(data)) as image:
-                image.verify()
+            with _open(data) as image:
+                image.load()   # a full decode: a truncated file fails here, by name
         except Exception as exc:   # Pillow raises many kinds for a bad file
             raise ConfigError(f"--images: {path} is not a readable image ({exc})") from None
         encoded.append(data)
@@ -171,12 +173,20 @@ def load_images(directory, limit: int = 256) -> InputImages:
 # Pipelines: encoded bytes -> float32 CHW, one sample
 # ---------------------------------------------------------------------------------------------
 
-def _decode(data: bytes):
+def _open(data: bytes):
+    """Pillow's image of ``data`` (lazy). The user's own large photographs are not an attack:
+    Pillow's warning above 89 megapixels is silenced; above twice that it still refuses."""
     import io
+    import warnings
 
     Image = _pillow()
-    image = Image.open(io.BytesIO(data))
-    return image.convert("RGB")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(io.BytesIO(data))
+
+
+def _decode(data: bytes):
+    return _open(data).convert("RGB")
 
 
 def _normalised(image) -> np.ndarray:
@@ -273,6 +283,11 @@ _WORKER: dict = {}
 
 
 def _init_worker(images: InputImages, pipeline: str, seed: int) -> None:
+    import signal
+
+    # a forked worker inherits the CLI's handlers; the parent alone handles stop signals
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.update(images=images, pipeline=pipeline, seed=seed)
 
 
@@ -320,8 +335,11 @@ def _time_workers(images: InputImages, pipeline: str, workers: int, samples: int
             start = time.perf_counter()
             results = pool.map(_work, timed, chunksize=1)
             wall_s = time.perf_counter() - start
-    except (OSError, ValueError) as exc:
-        raise MeasurementError(f"input pipeline workers failed: {exc}") from None
+            pool.close()
+            pool.join()
+    except Exception as exc:   # a worker's error (a bad image, memory) comes back here
+        raise MeasurementError(f"the input pipeline failed in a worker: "
+                               f"{type(exc).__name__}: {exc}") from None
     cpu_s = sum(r[0] for r in results)
     return {"workers": workers, "samples": samples, "wall_s": wall_s,
             "samples_per_s": samples / wall_s, "cpu_s_per_sample": cpu_s / samples,
@@ -329,12 +347,9 @@ def _time_workers(images: InputImages, pipeline: str, workers: int, samples: int
 
 
 def _image_sizes(images: InputImages) -> tuple[float, float]:
-    import io
-
-    Image = _pillow()
     sizes = []
     for data in images.encoded:
-        with Image.open(io.BytesIO(data)) as image:
+        with _open(data) as image:
             sizes.append(image.size)
     widths, heights = zip(*sizes)
     return float(np.mean(widths)), float(np.mean(heights))
