@@ -200,13 +200,11 @@ def test_cli_rejects_bad_input_in_one_line(tmp_path, capsys):
         assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_a_worker_failure_is_one_measurement_error(small, monkeypatch):
+def test_a_worker_failure_is_one_measurement_error():
     from simulator.measure import MeasurementError
 
-    def broken(data, rng):
-        raise OSError("image file is truncated")
-
-    monkeypatch.setitem(ip.PIPELINES, "broken", broken)
+    whole = ip.synthetic_jpegs(1, 300, 200).encoded[0]
+    truncated = ip.InputImages((whole[:len(whole) // 2],), "one truncated JPEG")
     with pytest.raises(MeasurementError, match="failed in a worker: OSError: image file is "
                                                "truncated"):
-        ip.measure_input_pipeline(small, "broken", workers=[1], samples=2)
+        ip.measure_input_pipeline(truncated, "decode", workers=[1], samples=2)

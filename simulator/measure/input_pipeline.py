@@ -32,7 +32,7 @@ same images, pipeline and seed give the same arrays whatever the worker count
 
 How it is timed
 ---------------
-For each worker count ``w`` a pool of ``w`` processes (``fork``) takes every image through the
+For each worker count ``w`` a pool of ``w`` processes (``spawn``) takes every image through the
 pipeline once untimed (decoders and caches warm), then ``samples`` samples, shared out
 evenly. The wall time is the parent's, around the timed batch alone; the CPU time is each
 worker's own (``time.process_time``), summed. ``cpu_s_per_sample`` is that sum over the
@@ -285,7 +285,7 @@ _WORKER: dict = {}
 def _init_worker(images: InputImages, pipeline: str, seed: int) -> None:
     import signal
 
-    # a forked worker inherits the CLI's handlers; the parent alone handles stop signals
+    # the parent alone handles stop signals (it terminates the pool)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER.update(images=images, pipeline=pipeline, seed=seed)
@@ -324,8 +324,8 @@ def _time_workers(images: InputImages, pipeline: str, workers: int, samples: int
                   seed: int) -> dict:
     import multiprocessing
 
-    context = multiprocessing.get_context("fork" if "fork" in
-                                          multiprocessing.get_all_start_methods() else "spawn")
+    # spawn, not fork: the same on every platform, and safe when the caller runs threads
+    context = multiprocessing.get_context("spawn")
     warm = _shares(range(len(images.encoded)), workers)
     timed = _shares(range(samples), workers)
     try:
