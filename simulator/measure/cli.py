@@ -219,10 +219,11 @@ def cmd_input(args) -> int:
 
 
 def add_measure_parser(subparsers) -> None:
-    """Add ``measure kernels``, ``collectives`` and ``training`` to the ``clustersim``
-    subparsers."""
-    m = subparsers.add_parser("measure", help="measure per-layer compute and collectives for "
-                                              "real (needs PyTorch)")
+    """Add ``measure kernels``, ``collectives``, ``training`` and ``input`` to the
+    ``clustersim`` subparsers."""
+    m = subparsers.add_parser("measure", help="measure this machine for real: per-layer "
+                                              "compute, collectives, training steps (these "
+                                              "need PyTorch) and the input pipeline")
     sub = m.add_subparsers(dest="measure_command", required=True, parser_class=type(m))
 
     k = sub.add_parser("kernels", help="per-layer forward/backward times of a model -> CSV")
