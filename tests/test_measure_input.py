@@ -195,7 +195,8 @@ def test_cli_rejects_bad_input_in_one_line(tmp_path, capsys):
     for argv in (["--images", str(tmp_path), "--synthetic", "2"], ["--size", "500"],
                  ["--size", "100000x100000"], ["--limit", "0"],
                  ["--workers", "0"], ["--pipeline", "bogus"], ["--images", str(tmp_path)],
-                 ["--quality", "0"], ["--samples", "0", "--synthetic", "1", "--size", "32x32"]):
+                 ["--quality", "0"], ["--samples", "0", "--synthetic", "1", "--size", "32x32"],
+                 ["--timeout", "-1", "--synthetic", "1", "--size", "32x32"]):
         assert main(["measure", "input", *argv]) == 2
         assert capsys.readouterr().err.count("\n") == 1
 
@@ -205,6 +206,11 @@ def test_a_worker_failure_is_one_measurement_error():
 
     whole = ip.synthetic_jpegs(1, 300, 200).encoded[0]
     truncated = ip.InputImages((whole[:len(whole) // 2],), "one truncated JPEG")
-    with pytest.raises(MeasurementError, match="failed in a worker: OSError: image file is "
-                                               "truncated"):
+    with pytest.raises(MeasurementError, match="rank 0 failed .*image file is truncated"):
         ip.measure_input_pipeline(truncated, "decode", workers=[1], samples=2)
+    with pytest.raises(MeasurementError, match="did not start in 0.001 s; the workers were "
+                                               "killed"):
+        ip.measure_input_pipeline(ip.synthetic_jpegs(2, 64, 48), "decode", workers=[2],
+                                  samples=2, timeout_s=0.001)
+    with pytest.raises(ConfigError, match="--timeout"):
+        ip.measure_input_pipeline(truncated, "decode", workers=[1], samples=2, timeout_s=0)

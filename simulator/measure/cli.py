@@ -201,7 +201,7 @@ def cmd_input(args) -> int:
         images = synthetic_jpegs(args.synthetic if args.synthetic is not None else 64,
                                  width, height, quality=args.quality, seed=args.seed)
     frame = measure_input_pipeline(images, args.pipeline, workers, samples=args.samples,
-                                   seed=args.seed)
+                                   seed=args.seed, timeout_s=args.timeout)
     first = frame.iloc[0]
     print(f"{args.pipeline} on {first['images']}: mean {first['mean_image_bytes'] / 1e3:.0f} kB, "
           f"{first['mean_width_px']:.0f}x{first['mean_height_px']:.0f} px; "
@@ -328,5 +328,7 @@ def add_measure_parser(subparsers) -> None:
     i.add_argument("--samples", type=int, default=256,
                    help="timed samples per worker count (default 256)")
     i.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    i.add_argument("--timeout", type=float, default=600.0,
+                   help="wall-clock limit of each worker count's run, seconds (default 600)")
     i.add_argument("-o", "--output", default=None, help="CSV to write")
     i.set_defaults(func=cmd_input)

@@ -444,9 +444,11 @@ def _read_results(tmp: str, world: int) -> list[dict]:
 
 
 def _launch(world: int, deadline_s: float, tmp: str, start,
-            what: str = "the collective measurement") -> None:
+            what: str = "the collective measurement", started=None) -> None:
     """Start ranks ``0 .. world-1`` with ``start(rank, log_file) -> Popen`` (output to
-    ``rank<r>.log`` in ``tmp``) and :func:`_collect` them; no rank outlives the call."""
+    ``rank<r>.log`` in ``tmp``), call ``started(procs, logs)`` if given (a start barrier; it
+    returns the seconds left of ``deadline_s``), and :func:`_collect` them; no rank outlives
+    the call."""
     procs, logs, files = [], [], []
     try:
         for rank in range(world):
@@ -454,6 +456,8 @@ def _launch(world: int, deadline_s: float, tmp: str, start,
             files.append(open(log, "w"))
             logs.append(log)
             procs.append(start(rank, files[-1]))
+        if started is not None:
+            deadline_s = started(procs, logs)
         _collect(procs, logs, deadline_s, what)
     finally:
         for p in procs:

@@ -32,14 +32,19 @@ same images, pipeline and seed give the same arrays whatever the worker count
 
 How it is timed
 ---------------
-For each worker count ``w`` a pool of ``w`` processes (``spawn``) takes every image through the
-pipeline once untimed (decoders and caches warm), then ``samples`` samples, shared out
-evenly. The wall time is the parent's, around the timed batch alone; the CPU time is each
-worker's own (``time.process_time``), summed. ``cpu_s_per_sample`` is that sum over the
-samples: the number the simulator wants. ``samples_per_s`` is what ``w`` workers delivered on
-this host. With ``w`` at most the CPUs this process may run on, ``w / cpu_s_per_sample`` is
-close to ``samples_per_s``; beyond, the workers share CPUs and the CPU time per sample stays
-while the rate stops growing.
+For each worker count ``w``, ``w`` worker processes are started (``python -m`` this module, as
+the other measurements start their ranks: nothing depends on the caller's main module, so the
+same code serves the CLI, scripts and notebooks). Each takes its share of the images through
+the pipeline untimed (imports, decoders and caches warm), says it is ready, and waits for the
+parent's start signal. It then takes its share of the ``samples`` and reports when it started
+and ended (``time.monotonic``, one clock for every process of the machine) and its own CPU
+time (``time.process_time``). The wall time runs from the first start to the last end; the
+CPU times are summed. ``cpu_s_per_sample`` is that sum over the samples: the number the
+simulator wants. ``samples_per_s`` is what ``w`` workers delivered on this host. With ``w``
+at most the CPUs this process may run on, ``w / cpu_s_per_sample`` is close to
+``samples_per_s``; beyond, the workers share CPUs and the CPU time per sample stays while the
+rate stops growing. A worker that fails (a bad image, memory) stops the run with its last
+output line; ``timeout_s`` bounds each worker count's run.
 
 Images: a directory of the user's own (``.jpg``, ``.jpeg``, ``.png``; the real measurement), or
 synthetic JPEGs (:func:`synthetic_jpegs`: seeded smooth colour fields with fine noise, at a
@@ -51,6 +56,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -279,26 +285,35 @@ def run_pipeline(images: InputImages, pipeline: str, indices: Sequence[int],
 # Timing, in worker processes
 # ---------------------------------------------------------------------------------------------
 
-_WORKER: dict = {}
-
-
-def _init_worker(images: InputImages, pipeline: str, seed: int) -> None:
-    import signal
-
-    # the parent alone handles stop signals (it terminates the pool)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER.update(images=images, pipeline=pipeline, seed=seed)
-
-
-def _work(indices: Sequence[int]) -> tuple[float, float]:
-    start_cpu = time.process_time()
-    checksum = run_pipeline(_WORKER["images"], _WORKER["pipeline"], indices, _WORKER["seed"])
-    return time.process_time() - start_cpu, checksum
+#: Files of one timed run in its temporary folder: the images, and the start barrier.
+_IMAGES_FILE = "images.pickle"
+_GO_FILE = "go"
+_MODULE = "simulator.measure.input_pipeline"   # what every worker process runs (python -m)
 
 
 def _shares(indices: Sequence[int], parts: int) -> list[list[int]]:
     return [list(indices[i::parts]) for i in range(parts)]
+
+
+def _worker(config: dict, rank: int) -> dict:
+    """One worker process: warm up on its share of the images, say it is ready, wait for the
+    parent's start signal, then time its share of the samples (wall clock and own CPU)."""
+    import pickle
+
+    folder = Path(config["result_dir"])
+    images = InputImages(tuple(pickle.loads((folder / _IMAGES_FILE).read_bytes())), "")
+    count = len(images.encoded)
+    run_pipeline(images, config["pipeline"], _shares(range(count), config["workers"])[rank]
+                 or [0], config["seed"])
+    (folder / f"ready{rank}").touch()
+    while not (folder / _GO_FILE).exists():
+        time.sleep(0.001)
+    start_s, start_cpu_s = time.monotonic(), time.process_time()
+    checksum = run_pipeline(images, config["pipeline"],
+                            _shares(range(config["samples"]), config["workers"])[rank],
+                            config["seed"])
+    return {"start_s": start_s, "end_s": time.monotonic(),
+            "cpu_s": time.process_time() - start_cpu_s, "checksum": checksum}
 
 
 def available_cpus() -> int:
@@ -321,29 +336,46 @@ def cpu_model() -> str:
 
 
 def _time_workers(images: InputImages, pipeline: str, workers: int, samples: int,
-                  seed: int) -> dict:
-    import multiprocessing
+                  seed: int, timeout_s: float) -> dict:
+    """Run ``workers`` worker processes (``python -m`` this module, like the other
+    measurements: nothing depends on the caller's main module) and time them from the first
+    start to the last end (``time.monotonic``: one clock for every process of the machine)."""
+    import pickle
+    import subprocess
+    import tempfile
 
-    # spawn, not fork: the same on every platform, and safe when the caller runs threads
-    context = multiprocessing.get_context("spawn")
-    warm = _shares(range(len(images.encoded)), workers)
-    timed = _shares(range(samples), workers)
-    try:
-        with context.Pool(workers, initializer=_init_worker,
-                          initargs=(images, pipeline, seed)) as pool:
-            pool.map(_work, warm, chunksize=1)
-            start = time.perf_counter()
-            results = pool.map(_work, timed, chunksize=1)
-            wall_s = time.perf_counter() - start
-            pool.close()
-            pool.join()
-    except Exception as exc:   # a worker's error (a bad image, memory) comes back here
-        raise MeasurementError(f"the input pipeline failed in a worker: "
-                               f"{type(exc).__name__}: {exc}") from None
-    cpu_s = sum(r[0] for r in results)
+    from .collectives import _argv, _collect, _env, _launch, _read_results, _write_config
+
+    what = "the input pipeline measurement"
+    with tempfile.TemporaryDirectory(prefix="clustersim-input-") as tmp:
+        folder = Path(tmp)
+        (folder / _IMAGES_FILE).write_bytes(pickle.dumps(list(images.encoded)))
+        config = {"result_dir": tmp, "pipeline": pipeline, "seed": seed, "workers": workers,
+                  "samples": samples}
+        path, env = _write_config(config, tmp), _env("lo")
+        deadline = time.monotonic() + timeout_s
+
+        def start_together(procs, logs) -> float:
+            """Wait until every worker is warm, then give the one start signal."""
+            while not all((folder / f"ready{r}").exists() for r in range(workers)):
+                if any(proc.poll() not in (None, 0) for proc in procs):
+                    _collect(procs, logs, 0.0, what)   # names the failed worker, kills the rest
+                if time.monotonic() > deadline:
+                    raise MeasurementError(f"{what} did not start in {timeout_s:g} s; the "
+                                           f"workers were killed")
+                time.sleep(0.005)
+            (folder / _GO_FILE).touch()
+            return max(1.0, deadline - time.monotonic())
+
+        _launch(workers, timeout_s, tmp, lambda rank, log: subprocess.Popen(
+            _argv(path, rank, _MODULE), env=env, stdout=log, stderr=subprocess.STDOUT),
+            what, started=start_together)
+        results = _read_results(tmp, workers)
+    wall_s = max(r["end_s"] for r in results) - min(r["start_s"] for r in results)
     return {"workers": workers, "samples": samples, "wall_s": wall_s,
-            "samples_per_s": samples / wall_s, "cpu_s_per_sample": cpu_s / samples,
-            "checksum": sum(r[1] for r in results)}
+            "samples_per_s": samples / wall_s,
+            "cpu_s_per_sample": sum(r["cpu_s"] for r in results) / samples,
+            "checksum": sum(r["checksum"] for r in results)}
 
 
 def _image_sizes(images: InputImages) -> tuple[float, float]:
@@ -357,7 +389,7 @@ def _image_sizes(images: InputImages) -> tuple[float, float]:
 
 def measure_input_pipeline(images: InputImages, pipeline: str = "imagenet-train",
                            workers: Sequence[int] = (1,), samples: int = 256,
-                           seed: int = 0):
+                           seed: int = 0, timeout_s: float = 600.0):
     """Time ``pipeline`` over ``images`` with each worker count: a DataFrame of
     :data:`COLUMNS`, one row per worker count (module docstring, "How it is timed")."""
     import pandas as pd
@@ -368,12 +400,14 @@ def measure_input_pipeline(images: InputImages, pipeline: str = "imagenet-train"
         raise ConfigError(f"--samples must be >= 1, got {samples}")
     if not workers or any(int(w) < 1 for w in workers):
         raise ConfigError(f"--workers must be integers >= 1, got {list(workers)}")
+    if not timeout_s > 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, got {timeout_s!r}")
     width, height = _image_sizes(images)
     common = {"pipeline": pipeline, "images": images.label, "image_count": len(images.encoded),
               "mean_image_bytes": float(np.mean([len(b) for b in images.encoded])),
               "mean_width_px": width, "mean_height_px": height, "cpus": available_cpus(),
               "cpu_model": cpu_model(), "pillow": pillow_version, "seed": seed}
-    rows = [{**common, **_time_workers(images, pipeline, int(w), samples, seed)}
+    rows = [{**common, **_time_workers(images, pipeline, int(w), samples, seed, timeout_s)}
             for w in workers]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
@@ -398,3 +432,9 @@ def write_input_csv(frame, path) -> Path:
 
     return write_text(Path(path), frame.to_csv(index=False, columns=list(COLUMNS),
                                                float_format="%.6g", lineterminator="\n"))
+
+
+if __name__ == "__main__":
+    from .collectives import _worker_main
+
+    sys.exit(_worker_main(sys.argv[1:], _worker))
