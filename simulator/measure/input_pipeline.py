@@ -393,6 +393,8 @@ def measure_input_pipeline(images: InputImages, pipeline: str = "imagenet-train"
     """Time ``pipeline`` over ``images`` with each worker count: a DataFrame of
     :data:`COLUMNS`, one row per worker count (module docstring, "How it is timed")."""
     import pandas as pd
+
+    _pillow()
     from PIL import __version__ as pillow_version
 
     _pipeline(pipeline)
