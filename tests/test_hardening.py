@@ -400,3 +400,59 @@ def test_a_closed_pipe_ends_quietly():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err.decode()
     assert b"Traceback" not in err and b"BrokenPipeError" not in err
+
+
+def _program(code: str):
+    """Run ``code`` in a fresh interpreter; (exit status, stdout, stderr)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_the_program_leaves_an_interrupt_at_once_with_130_and_its_output_flushed():
+    """exit_interrupted skips the interpreter's exit (where a handled interrupt was seen to
+    come back as SIGINT) but not the output written before it."""
+    status, out, _err = _program(
+        "import sys\n"
+        "from simulator.errors import exit_interrupted\n"
+        "print('partial', end='')\n"
+        "sys.stderr.write('clustersim: interrupted')\n"
+        "exit_interrupted()\n"
+        "print('never')\n")
+    assert status == 130 and out == "partial"
+
+
+# The program's import of the command line, with a stand-in for `from .cli import main`:
+# what an interrupt during that import can turn into, and a real import error.
+_FAKE_IMPORT = (
+    "import builtins, signal\n"
+    "import simulator.program as program\n"
+    "real = builtins.__import__\n"
+    "def fake(name, globals=None, locals=None, fromlist=(), level=0):\n"
+    "    if level == 1 and name == 'cli':\n"
+    "{body}"
+    "    return real(name, globals, locals, fromlist, level)\n"
+    "builtins.__import__ = fake\n"
+    "program.run()\n")
+
+
+@pytest.mark.parametrize("body", [
+    # a C extension interrupted while it imports reports an ImportError (numpy's datetime)
+    "        program._signalled.append(signal.SIGTERM)\n"
+    "        raise ImportError('PyCapsule_Import could not import module \"datetime\"')\n",
+    # an interrupt raised where Python can only ignore it (an import lock's callback)
+    "        program._signalled.append(signal.SIGINT)\n"
+    "        return real(name, globals, locals, fromlist, level)\n",
+])
+def test_an_interrupted_start_ends_as_an_interrupt(body):
+    status, _out, err = _program(_FAKE_IMPORT.format(body=body))
+    assert status == 130, err
+    assert err.strip() == "clustersim: interrupted"
+
+
+def test_an_import_error_without_a_signal_keeps_its_traceback():
+    status, _out, err = _program(_FAKE_IMPORT.format(
+        body="        raise ImportError('a broken installation')\n"))
+    assert status == 1 and "Traceback" in err and "a broken installation" in err

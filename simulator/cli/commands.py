@@ -19,7 +19,7 @@ import sys
 import pandas as pd
 
 from .. import __version__
-from ..errors import ClusterSimError, ConfigError
+from ..errors import EXIT_INTERRUPTED, ClusterSimError, ConfigError
 from .args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
                        library_args)
 from ..units import format_bandwidth, format_size, parse_bandwidth, parse_size, parse_sizes
@@ -751,7 +751,7 @@ def _main(argv) -> int:
         from ..guard import memory_limit
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     try:
         limit = (None if args.max_memory is None
                  else parse_size(args.max_memory, what="--max-memory"))
@@ -772,7 +772,7 @@ def _main(argv) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader of the printed table went away (`clustersim ... | head`): stop quietly,
         # as Unix tools do, with the shell's status for SIGPIPE; the output is sent to
