@@ -31,8 +31,8 @@ import platform
 
 from simulator.errors import ClusterSimError, ConfigError
 
-__all__ = ["MeasurementError", "TORCH_REQUIREMENT", "device_info", "require_torch",
-           "resolve_device"]
+__all__ = ["MeasurementError", "TORCH_REQUIREMENT", "available_cpus", "cpu_name",
+           "device_info", "require_torch", "resolve_device"]
 
 #: The PyTorch release the measurements are written and tested against (setup.cfg ``measure``).
 TORCH_REQUIREMENT = "torch==2.13.0"
@@ -79,7 +79,18 @@ def resolve_device(device="cpu"):
     return dev
 
 
-def _cpu_name() -> str:
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else the platform's processor)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -99,4 +110,4 @@ def device_info(device="cpu") -> tuple[str, str]:
     if dev.type == "cuda":
         torch = require_torch()
         return "cuda", torch.cuda.get_device_name(dev)
-    return "cpu", _cpu_name()
+    return "cpu", cpu_name()

@@ -54,8 +54,6 @@ stated size and quality; a quick check of the machinery, not of a data set).
 from __future__ import annotations
 
 import math
-import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -66,7 +64,7 @@ import numpy as np
 
 from simulator.errors import ConfigError, unknown_name
 
-from . import MeasurementError
+from . import MeasurementError, available_cpus, cpu_name
 
 __all__ = ["COLUMNS", "IMAGE_SUFFIXES", "PIPELINES", "InputImages", "load_images",
            "measure_input_pipeline", "run_pipeline", "suggested_row", "synthetic_jpegs",
@@ -316,25 +314,6 @@ def _worker(config: dict, rank: int) -> dict:
             "cpu_s": time.process_time() - start_cpu_s, "checksum": checksum}
 
 
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else the platform's processor)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _time_workers(images: InputImages, pipeline: str, workers: int, samples: int,
                   seed: int, timeout_s: float) -> dict:
     """Run ``workers`` worker processes (``python -m`` this module, like the other
@@ -408,7 +387,7 @@ def measure_input_pipeline(images: InputImages, pipeline: str = "imagenet-train"
     common = {"pipeline": pipeline, "images": images.label, "image_count": len(images.encoded),
               "mean_image_bytes": float(np.mean([len(b) for b in images.encoded])),
               "mean_width_px": width, "mean_height_px": height, "cpus": available_cpus(),
-              "cpu_model": cpu_model(), "pillow": pillow_version, "seed": seed}
+              "cpu_model": cpu_name(), "pillow": pillow_version, "seed": seed}
     rows = [{**common, **_time_workers(images, pipeline, int(w), samples, seed, timeout_s)}
             for w in workers]
     return pd.DataFrame(rows, columns=list(COLUMNS))

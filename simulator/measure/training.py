@@ -56,7 +56,6 @@ Rows are in the public training-table layout (:data:`TRAINING_TABLE_COLUMNS`, as
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -66,7 +65,7 @@ from typing import Sequence
 
 from simulator.errors import ConfigError, unknown_name
 
-from . import MeasurementError, require_torch
+from . import MeasurementError, available_cpus, require_torch
 
 __all__ = ["AGGREGATIONS", "DEFAULT_BUCKET_BYTES", "EXTRA_COLUMNS", "MODELS",
            "TRAINING_TABLE_COLUMNS", "build_mlp", "build_small_cnn", "measure_training",
@@ -300,14 +299,6 @@ def _check(ranks, aggregations, model, batch, iterations, warmup, threads, repea
     return sorted(set(ranks) | {1})
 
 
-def _cores() -> int:
-    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1
-
-
 def measure_training(ranks: Sequence[int] = (1, 2, 4), aggregations: Sequence[str] = AGGREGATIONS,
                      model: str = "small_cnn", batch: int = 32, iterations: int = 10,
                      warmup: int = 2, threads: int = 1, network: str = "loopback",
@@ -449,7 +440,7 @@ def _meta(model, batch, threads, network, bandwidth, bucket_bytes, iterations, w
     from . import device_info
 
     torch = require_torch()
-    cores = _cores()
+    cores = available_cpus()
     where = ("loopback" if network == "loopback" else
              f"shaped star, {bandwidth * 8 / 1e6:g} Mbit/s per link each way (tc tbf), one "
              f"network namespace per process")
