@@ -400,8 +400,9 @@ class TrainingSection(Section):
         None, description="one format, or a list compared side by side")
     framework: Annotated[str | None, PlainValidator(
         registered(lambda v: _framework(v)), json_schema_input_type=str)] = Field(
-        None, description="ddp, apex-ddp, horovod, horovod-0.21, tf-per-variable, "
-                          "single-bucket, per_layer, size:BYTES or cycle:BYTES:TIME")
+        None, description="ddp, apex-ddp, apex-ddp-bert, horovod, horovod-0.21, "
+                          "tf-per-variable, single-bucket, per_layer, size:BYTES or "
+                          "cycle:BYTES:TIME")
     single_gpu_throughput: Throughput | None = Field(
         None, description="e.g. 134 img/s")
 

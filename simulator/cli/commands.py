@@ -648,9 +648,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="gradient compression: none, fp16, bf16, topk:FRACTION (e.g. "
                          "topk:0.01) or onebit")
     tr.add_argument("--framework", default=None,
-                    help="how gradients become calls: ddp, apex-ddp, horovod, horovod-0.21, "
-                         "tf-per-variable, per_layer, size:BYTES or cycle:BYTES:TIME (default: "
-                         "buckets of --bucket)")
+                    help="how gradients become calls: ddp, apex-ddp, apex-ddp-bert, horovod, "
+                         "horovod-0.21, tf-per-variable, per_layer, size:BYTES or "
+                         "cycle:BYTES:TIME (default: buckets of --bucket)")
     tr.add_argument("--overlap-slowdown", type=float, default=None, metavar="FRACTION",
                     help="how much slower backward computes while the library's collective "
                          "kernels run beside it (default 0.189: arXiv:2507.03114's average; "

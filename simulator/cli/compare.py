@@ -558,7 +558,7 @@ def add_compare_parsers(subparsers) -> None:
                         "(case-insensitive; repeatable), e.g. hardware=DGX-1")
     c.add_argument("--framework", default=None,
                    help="training files: auto (detect from each row's framework text; the "
-                        "default), a registered framework (ddp, apex-ddp, horovod, "
+                        "default), a registered framework (ddp, apex-ddp, apex-ddp-bert, horovod, "
                         "horovod-0.21, tf-per-variable), per_layer, size:BYTES or "
                         "cycle:BYTES:TIME")
     c.add_argument("--ps-impl", default=None,

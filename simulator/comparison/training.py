@@ -345,7 +345,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
                            f"does not model (its all-reduce runs on the GPUs); --algorithm "
                            f"forces a GPU all-reduce for such rows")
             continue
-        fw = framework or detect_framework(text)
+        fw = framework or detect_framework(text, point.get("model") or "")
         measured_1 = float(point["throughput_samples_s"]) / float(point["speedup"])
         spec = TrainingSpec(
             models=(model,), batch_per_gpu=batch, gpus=(gpus,), aggregations=(kind,),

@@ -7,7 +7,10 @@ data; :func:`simulator.workload.training.make_buckets` applies it. Policies:
 
 ``size``
     Buckets close when they reach ``bucket_bytes`` (in backward order); the first bucket may be
-    smaller (``first_bucket_bytes``). PyTorch DDP, Apex DDP, most all-reduce frameworks.
+    smaller (``first_bucket_bytes``). PyTorch DDP, Apex DDP, most all-reduce frameworks. Apex
+    counts its buckets in gradient *elements* (``message_size``), so a bucket of
+    ``bucket_elements`` holds half the bytes in fp16 that it holds in fp32; a bucket larger than
+    the whole model means a single call after backward, with no overlap at all.
 ``cycle``
     Horovod's tensor fusion: a background thread wakes every ``cycle_s``; every gradient ready by
     then is negotiated with the coordinator and fused into buffers of at most ``bucket_bytes``.
@@ -48,6 +51,9 @@ class Framework:
         Bucket cap (``size``) or fusion buffer (``cycle``); unused for ``per_layer``.
     first_bucket_bytes : int or None
         A smaller first bucket (DDP), so communication starts early.
+    bucket_elements : int
+        ``size`` only: the bucket cap in gradient elements instead of bytes (Apex's
+        ``message_size``); 0: ``bucket_bytes`` applies. See :meth:`bucket_cap_bytes`.
     cycle_s : float
         ``cycle`` only: time between fusion cycles.
     negotiation_hops : int
@@ -66,10 +72,17 @@ class Framework:
     policy: str
     bucket_bytes: int = 25 * _MiB
     first_bucket_bytes: int | None = None
+    bucket_elements: int = 0
     cycle_s: float = 0.0
     negotiation_hops: int = 0
     launch: str = "mpi"
     source: str = ""
+
+    def bucket_cap_bytes(self, element_bytes: int) -> int:
+        """The ``size`` bucket cap in bytes for gradients of ``element_bytes`` each."""
+        if self.bucket_elements:
+            return int(self.bucket_elements) * int(element_bytes)
+        return int(self.bucket_bytes)
 
     def describe(self) -> str:
         if self.policy == "per_layer":
@@ -79,6 +92,9 @@ class Framework:
                     f"{self.cycle_s * 1e3:g} ms cycle")
         first = (f", first {self.first_bucket_bytes / _MiB:g} MiB"
                  if self.first_bucket_bytes else "")
+        if self.bucket_elements:
+            return (f"{self.name}: buckets of {self.bucket_elements / 1e6:g} M gradient "
+                    f"elements{first}")
         return f"{self.name}: buckets of {self.bucket_bytes / _MiB:g} MiB{first}"
 
 
@@ -89,10 +105,20 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                "kDefaultFirstBucketBytes = 1 MiB (torch/csrc/distributed/c10d/reducer.hpp, "
                "v2.5.0), the buckets DDP rebuilds after its first iteration"),
     Framework(
-        "apex-ddp", "size", bucket_bytes=10_000_000 * 4, launch="torch",
-        source="NVIDIA Apex apex.parallel.DistributedDataParallel: message_size=10000000 "
-               "elements per bucket (apex/parallel/distributed.py docstring); 4-byte "
-               "fp32 master gradients"),
+        "apex-ddp", "size", bucket_bytes=10_000_000 * 4, bucket_elements=10_000_000,
+        launch="torch",
+        source="NVIDIA Apex apex.parallel.DistributedDataParallel: 'message_size (int, "
+               "default=1e7): Minimum number of elements in a communication bucket' "
+               "(apex/parallel/distributed.py docstring); the elements are the model's "
+               "gradients (fp16 under amp opt_level O2)"),
+    Framework(
+        "apex-ddp-bert", "size", bucket_bytes=250_000_000 * 4, bucket_elements=250_000_000,
+        launch="torch",
+        source="NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT/run_pretraining.py "
+               "(@042e8724, and DLPerf's fork dl-framework-benchmark/DeepLearningExamples "
+               "@08552ece): DDP(model, message_size=250000000, ...) of apex.parallel, amp "
+               "opt_level O2; 250 M elements exceed BERT-base (110 M) and the bucket is "
+               "all-reduced once backward has ended"),
     Framework(
         "single-bucket", "size", bucket_bytes=1 << 62, launch="torch",
         source="every gradient in one call after backward: clustersim measure training's "
@@ -119,6 +145,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
 
 #: Free-text framework descriptions -> registry names, first match wins (case-insensitive).
 #: Horovod is named in the text wherever it drives the all-reduce, whatever the framework.
+#: A recipe is a framework text and a model together: Apex-based BERT pretraining is
+#: NVIDIA's DeepLearningExamples recipe (in its NGC containers), with its own bucket.
+_RECIPES = (
+    (r"apex", r"\bbert\b", "apex-ddp-bert"),
+)
 _PATTERNS = (
     (r"horovod.*0\.(2[1-9]|[3-9]\d)|horovod.*[1-9]\.\d", "horovod-0.21"),
     (r"horovod", "horovod"),
@@ -139,10 +170,15 @@ def get_framework(name: str) -> Framework:
             from None
 
 
-def detect_framework(text: str) -> Framework | None:
-    """The framework a measurement file's ``framework`` text names, or None (then the
+def detect_framework(text: str, model: str = "") -> Framework | None:
+    """The framework a measurement file's ``framework`` text names (with the row's ``model``
+    where a recipe fixes the framework's settings, :data:`_RECIPES`), or None (then the
     caller's default applies)."""
     lowered = str(text or "").lower()
+    model_text = str(model or "").lower()
+    for pattern, model_pattern, name in _RECIPES:
+        if re.search(pattern, lowered) and re.search(model_pattern, model_text):
+            return FRAMEWORKS[name]
     for pattern, name in _PATTERNS:
         if re.search(pattern, lowered):
             return FRAMEWORKS[name]

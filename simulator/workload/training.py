@@ -104,7 +104,7 @@ class Bucket:
 
 
 def make_buckets(grad_bytes, backward_s, bucket_bytes: int, overlap: bool = True,
-                 framework=None, negotiation_s: float = 0.0):
+                 framework=None, negotiation_s: float = 0.0, element_bytes: int = 4):
     """Group layers into buckets in backward order (last layer first).
 
     Without a ``framework`` (or with a ``size`` one) a bucket closes when it reaches
@@ -114,6 +114,7 @@ def make_buckets(grad_bytes, backward_s, bucket_bytes: int, overlap: bool = True
     fuses the gradients ready by each cycle boundary (multiples of ``cycle_s`` from the start
     of backward) into buffers of at most ``bucket_bytes``; each is ready at that boundary plus
     ``negotiation_s``. With ``overlap=False`` everything is one bucket ready when backward ends.
+    ``element_bytes`` sizes a framework's buckets counted in gradient elements (Apex).
     """
     n = len(grad_bytes)
     order = list(range(n - 1, -1, -1))
@@ -128,9 +129,9 @@ def make_buckets(grad_bytes, backward_s, bucket_bytes: int, overlap: bool = True
         return _cycle_buckets(grad_bytes, order, done, framework, negotiation_s)
     caps = [bucket_bytes]
     if framework is not None:
-        caps = [framework.bucket_bytes]
+        caps = [framework.bucket_cap_bytes(element_bytes)]
         if framework.first_bucket_bytes:
-            caps = [framework.first_bucket_bytes, framework.bucket_bytes]
+            caps = [framework.first_bucket_bytes, caps[0]]
     buckets, current, size = [], [], 0
     for k, i in enumerate(order):
         current.append(i)
@@ -326,7 +327,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     bwd = [float(l.backward_s) for l in profile.layers]
     compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
-                           negotiation_s(graph, workers, framework))
+                           negotiation_s(graph, workers, framework),
+                           GRADIENT_BYTES.get(precision, 4))
     library = _launched(library, framework, graph, workers)
     if aggregation == "ps":
         from .ps_impls import get_ps_impl, wire_graph
@@ -421,7 +423,8 @@ def plan_iteration(graph, profile, workers, gradient_bytes, *, aggregation: str,
     fwd = float(sum(l.forward_s for l in profile.layers))
     bwd = [float(l.backward_s) for l in profile.layers]
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
-                           negotiation_s(graph, list(workers), framework))
+                           negotiation_s(graph, list(workers), framework),
+                           GRADIENT_BYTES.get(precision, 4))
     codec = _Codec(graph, compression or Compression(), precision)
     n = len(workers)
     schedules = tuple(_collective_schedule(graph, aggregation, n, codec, b.size_bytes, slices,
