@@ -87,8 +87,9 @@ def test_apex_buckets_count_elements_so_fp16_buckets_hold_half_the_bytes():
 
 
 @pytest.mark.parametrize("model, name", [
-    ("BERT-base pretraining", "apex-ddp-bert"), ("BERT-large", "apex-ddp-bert"),
-    ("ResNet-50 v1.5", "apex-ddp"), ("RoBERTa-base", "apex-ddp")])
+    ("BERT-base pretraining", "apex-ddp-bert"), ("pre-training BERT-large", "apex-ddp-bert"),
+    ("BERT-large SQuAD fine-tuning", "apex-ddp"), ("ResNet-50 v1.5", "apex-ddp"),
+    ("RoBERTa-base pretraining", "apex-ddp")])
 def test_apex_bert_is_the_deeplearningexamples_recipe_with_one_bucket_after_backward(model,
                                                                                         name):
     text = "NGC PyTorch 1.5.0a0 (nvcr 20.03) + APEX"

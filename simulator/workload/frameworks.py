@@ -145,10 +145,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
 
 #: Free-text framework descriptions -> registry names, first match wins (case-insensitive).
 #: Horovod is named in the text wherever it drives the all-reduce, whatever the framework.
-#: A recipe is a framework text and a model together: Apex-based BERT pretraining is
-#: NVIDIA's DeepLearningExamples recipe (in its NGC containers), with its own bucket.
+#: A recipe is a framework text and a model together: Apex-based BERT *pretraining* is
+#: NVIDIA's DeepLearningExamples recipe (in its NGC containers), with its own bucket. Its
+#: SQuAD fine-tuning script of 2019 wrapped the model as ``DDP(model)``, Apex's default
+#: (``run_squad.py`` @0663b67c), so fine-tuning rows keep ``apex-ddp``.
 _RECIPES = (
-    (r"apex", r"\bbert\b", "apex-ddp-bert"),
+    (r"apex", r"\bbert\b.*pre-?train|pre-?train.*\bbert\b", "apex-ddp-bert"),
 )
 _PATTERNS = (
     (r"horovod.*0\.(2[1-9]|[3-9]\d)|horovod.*[1-9]\.\d", "horovod-0.21"),
