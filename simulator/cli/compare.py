@@ -557,10 +557,10 @@ def add_compare_parsers(subparsers) -> None:
                    help="training files: keep the rows whose COLUMN contains TEXT "
                         "(case-insensitive; repeatable), e.g. hardware=DGX-1")
     c.add_argument("--framework", default=None,
-                   help="training files: auto (detect from each row's framework text; the "
-                        "default), a registered framework (ddp, apex-ddp, apex-ddp-bert, horovod, "
-                        "horovod-0.21, tf-per-variable), per_layer, size:BYTES or "
-                        "cycle:BYTES:TIME")
+                   help="training files: auto (the default: detect from each row's framework "
+                        "text, and its model where a recipe fixes the buckets), a registered "
+                        "framework (ddp, apex-ddp, apex-ddp-bert, horovod, horovod-0.21, "
+                        "tf-per-variable), per_layer, size:BYTES or cycle:BYTES:TIME")
     c.add_argument("--ps-impl", default=None,
                    help="training files: the parameter-server implementation of ps rows: auto "
                         "(from the framework text; the default), ideal, tf-grpc, "
