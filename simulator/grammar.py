@@ -380,6 +380,9 @@ class FailureSection(Section):
 class TrainingSection(Section):
     models: listed(Model)
     batch_per_gpu: Count = 32
+    accumulation: Count = Field(
+        1, description="micro-batches of batch_per_gpu per optimizer step (gradient "
+                       "accumulation): one aggregation, from the last micro-batch's backward")
     gpus: listed(Count)
     aggregations: listed(Annotated[str, PlainValidator(_aggregation, json_schema_input_type=str)])
     precision: Precision = "fp32"

@@ -171,6 +171,7 @@ def _training(section: grammar.TrainingSection, seed: int):
                      failure_policies=("none",) + tuple(section.failure.policies))
     return TrainingSpec(
         models=tuple(section.models), batch_per_gpu=section.batch_per_gpu,
+        accumulation=section.accumulation,
         gpus=tuple(section.gpus), aggregations=tuple(section.aggregations),
         precision=section.precision, device=section.device, bucket_bytes=section.bucket,
         overlap=section.overlap, slices=section.slices, ps=section.ps.build(),

@@ -198,6 +198,8 @@ BASE = "topology: star\n"
     ("collective: {sizes: 1MiB, slices: 0}", "collective.slices: must be >= 1, got 0"),
     ("training: {models: resnet50, gpus: 8, aggregations: ps, ps: {iterations: 1}}",
      "training.ps.iterations: must be >= 2, got 1"),
+    ("training: {models: resnet50, gpus: 8, aggregations: ring, accumulation: 0}",
+     "training.accumulation: must be >= 1, got 0"),
     # finite numbers
     ("hybrid: {alpha: .inf}", "hybrid.alpha: expected a finite number, got inf"),
     # choices, listed

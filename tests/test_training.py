@@ -118,3 +118,79 @@ def test_per_node_servers_resolve_to_machines():
     grad = [1 << 20] * 10
     row = run(g, 8, "ps", grad, ps=PsConfig(servers="per_node", placement="colocated"))
     assert row["ps_servers"] == 2
+
+
+# -- gradient accumulation -----------------------------------------------------------------------
+
+def _compute_profile(layers=8, forward_s=0.01, backward_s=0.02, optimizer_s=0.001):
+    from simulator.workload.compute import ComputeProfile, LayerTime
+
+    return ComputeProfile(tuple(LayerTime(f"l{i}", forward_s, backward_s)
+                                for i in range(layers)), optimizer_s)
+
+
+@pytest.mark.parametrize("steps", [2, 4, 16])
+def test_accumulation_without_overlap_is_k_micro_batches_plus_one_ring_closed_form(steps):
+    """K micro-batches, then one all-reduce of the whole gradient: iteration = K x (forward +
+    backward) + optimizer + the ring closed form; throughput counts K x batch samples."""
+    grad = [3 << 20] * 8
+    row = run(star(8), 8, "ring", grad, prof=_compute_profile(), overlap=False,
+              accumulation=steps)
+    comm = theory.ring_allreduce(8, sum(grad), 2e-6, 1 / 10e9)
+    assert math.isclose(row["iteration_s"], steps * 8 * 0.03 + 0.001 + comm, rel_tol=1e-9)
+    assert row["throughput_samples_s"] == pytest.approx(8 * 32 * steps / row["iteration_s"],
+                                                        rel=1e-12)
+    assert row["accumulation"] == steps and row["batch_per_gpu"] == 32
+
+
+def test_accumulation_hides_behind_the_last_backward_only_and_amortises_the_rest():
+    """With overlap, only the last micro-batch's backward hides the buckets (the first K-1
+    run before it, as DDP's no_sync): the exposed tail is the same for every K, to the
+    bit, while the step grows by (K-1) micro-batches and the speedup rises towards N."""
+    grad = [8 << 20] * 8
+    base = run(star(8, bw="1GB/s"), 8, "ring", grad, prof=_compute_profile())
+    rows = [run(star(8, bw="1GB/s"), 8, "ring", grad, prof=_compute_profile(),
+                accumulation=k) for k in (2, 8)]
+    assert base["exposed_comm_s"] > 0.01                     # communication-bound at K = 1
+    for k, row in zip((2, 8), rows):
+        assert row["exposed_comm_s"] == pytest.approx(base["exposed_comm_s"], rel=1e-12)
+        assert row["iteration_s"] == pytest.approx(base["iteration_s"] + (k - 1) * 8 * 0.03,
+                                                   rel=1e-12)
+    assert base["speedup"] < rows[0]["speedup"] < rows[1]["speedup"] < 8
+
+
+def test_accumulation_must_be_a_whole_number_of_micro_batches():
+    from simulator.errors import ConfigError
+
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="accumulation must be an integer >= 1"):
+            run(star(2), 2, "ring", [1 << 20] * 8, prof=_compute_profile(), accumulation=bad)
+    with pytest.raises(ValueError, match="accumulation steps"):
+        _compute_profile().accumulated(0)
+    assert _compute_profile().accumulated(1) == _compute_profile()
+
+
+def test_time_to_train_and_energy_count_every_micro_batch():
+    import pandas as pd
+
+    from simulator.workload.energy import energy_columns
+    from simulator.workload.time_to_train import time_to_train
+
+    rows = pd.DataFrame([{"gpus": 8, "iteration_s": 1.0, "batch_per_gpu": 32},
+                         {"gpus": 8, "iteration_s": 4.0, "batch_per_gpu": 32,
+                          "accumulation": 4}])
+    out = time_to_train(rows, "sgd")     # a row without the column counts one micro-batch
+    assert list(out["global_batch"]) == [256, 1024]
+    assert out.loc[1, "time_to_train_s"] == pytest.approx(
+        out.loc[1, "steps"] * 4.0, rel=1e-12)
+    g = star(8)
+    row = run(g, 8, "ring", [1 << 20] * 8, prof=_compute_profile(), accumulation=4)
+    from simulator.workload.training import simulate_training
+
+    result = simulate_training(g, _compute_profile(), gpus=8, batch_per_gpu=32,
+                               aggregation="ring", model_name="toy",
+                               gradient_bytes=[1 << 20] * 8, accumulation=4)
+    energy = energy_columns(result.row, result.engine, "v100-sxm2-16gb", 8, 1)
+    assert energy["joules_per_sample"] == pytest.approx(
+        energy["joules_per_iteration"] / (8 * 32 * 4), rel=1e-12)
+    assert row["accumulation"] == 4

@@ -484,3 +484,47 @@ def test_workers_flag_is_checked_without_a_traceback(measured, words):
                            "dgx1-p100", "--workers", "0" if "must" in words else "2"],
                           capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr
+
+
+# -- gradient accumulation through the scenario, the CLI and compare ------------------------------
+
+def test_accumulation_from_a_scenario_the_cli_and_a_measured_column(tmp_path, capsys):
+    from simulator.cli import main
+    from simulator.scenario import read_scenario, run_scenario
+
+    body = ("name: acc\ntopology: {name: dgx1-v100, params: {nodes: 2}}\ntraining:\n"
+            "  models: [bert_large]\n  gpus: [16]\n  aggregations: [ring]\n"
+            "  batch_per_gpu: 4\n  precision: amp\n  accumulation: K\n")
+    rows = {k: run_scenario(read_scenario(body.replace("K", str(k)))).iloc[0] for k in (1, 8)}
+    assert rows[8]["accumulation"] == 8 and rows[1]["accumulation"] == 1
+    assert rows[8]["speedup"] > rows[1]["speedup"]       # one aggregation per 8 micro-batches
+    assert rows[8]["exposed_comm_s"] == pytest.approx(rows[1]["exposed_comm_s"], rel=1e-9)
+
+    out = tmp_path / "cli"
+    assert main(["train", "--topology", "dgx1-v100", "--param", "nodes=2", "--model",
+                 "bert_large", "--gpus", "16", "--batch-per-gpu", "4", "--precision", "amp",
+                 "--accumulation", "8", "-o", str(out)]) == 0
+    written = pd.read_csv(out / "results.csv")
+    assert written.loc[0, "accumulation"] == 8
+    assert written.loc[0, "iteration_s"] == pytest.approx(rows[8]["iteration_s"], rel=1e-9)
+    assert main(["train", "--topology", "dgx1-v100", "--model", "bert_large", "--gpus", "8",
+                 "--accumulation", "0"]) == 2
+    assert "--accumulation must be >= 1" in capsys.readouterr().err
+
+    # a measured table may state the micro-batches of each row (an optional column)
+    table = pd.read_csv(DLPERF)
+    table = table[table["framework"].str.contains("PyTorch 1.5.0a0")
+                  & table["model"].str.contains("BERT") & (table["precision"] == "FP32")
+                  & (table["batch_per_gpu"] == 32)]
+    table.to_csv(tmp_path / "plain.csv", index=False)
+    table.assign(accumulation=4).to_csv(tmp_path / "stated.csv", index=False)
+    graph = load_topology("dgx1-v100", {"nodes": 4})
+    plain = compare_training(read_training(tmp_path / "plain.csv"), graph)
+    stated_table = read_training(tmp_path / "stated.csv")
+    assert set(stated_table["accumulation"]) == {4}
+    stated = compare_training(stated_table, graph)
+    many = plain["gpus"] > 8
+    assert (stated.loc[many, "simulated_speedup"] > plain.loc[many, "simulated_speedup"]).all()
+    table.assign(accumulation=0).to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(ConfigError, match="accumulation"):
+        read_training(tmp_path / "bad.csv")

@@ -424,6 +424,9 @@ def cmd_train(args) -> int:
                           f"got {args.precision!r}")
     if args.batch_per_gpu < 1:
         raise ConfigError(f"--batch-per-gpu must be >= 1, got {args.batch_per_gpu}")
+    if args.accumulation < 1:
+        raise ConfigError(f"--accumulation must be >= 1 (micro-batches per optimizer step), "
+                          f"got {args.accumulation}")
     if args.compute and not Path(args.compute).is_file():
         raise ConfigError(f"--compute: file {args.compute!r} not found")
     from ..units import parse_throughput
@@ -442,6 +445,7 @@ def cmd_train(args) -> int:
     compressed = compression is not None and not compression.identity
     spec = TrainingSpec(
         models=models, batch_per_gpu=args.batch_per_gpu, gpus=gpus,
+        accumulation=args.accumulation,
         aggregations=aggregations, precision=args.precision, device=args.device,
         bucket_bytes=parse_size(args.bucket, what="--bucket"), overlap=not args.no_overlap,
         slices=args.slices,
@@ -615,6 +619,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--model", required=True, help="model name(s), comma-separated "
                                                    "(resnet50, alexnet, vgg16, bert_base, ...)")
     tr.add_argument("--batch-per-gpu", type=int, default=32)
+    tr.add_argument("--accumulation", type=int, default=1, metavar="STEPS",
+                    help="gradient accumulation: micro-batches of --batch-per-gpu per optimizer "
+                         "step, aggregated once from the last one's backward (DDP no_sync); "
+                         "default 1")
     tr.add_argument("--gpus", default="1,2,4,8", help="comma-separated GPU counts")
     tr.add_argument("--aggregation", default="ring",
                     help="comma-separated: any all-reduce algorithm, or ps")

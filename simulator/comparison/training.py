@@ -354,6 +354,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             single_gpu_throughput=measured_1 if anchor == "measured" else None, device=device,
             shared_cores=shared_cores or _count(point.get("cores")),
             threads_per_worker=_count(point.get("threads_per_rank")) or 1,
+            accumulation=_count(point.get("accumulation")) or 1,
             overheads=_overheads(overheads, {**point, "dataset": datasets.get(i, "")}))
         # what the row reports, and the simulations it needs (run below, maybe in parallel)
         jobs.append((i, where, point, text, gpus, batch, precision, lib, fw, measured_1))

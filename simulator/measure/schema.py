@@ -66,7 +66,7 @@ COLLECTIVE_OPTIONAL = ("time_std_us", "iterations", "backend", "device", "networ
 TRAINING_COLUMNS = ("source", "topology", "model", "aggregation", "gpus", "batch_per_gpu",
                     "precision", "throughput_samples_s", "speedup", "efficiency")
 TRAINING_OPTIONAL = ("device", "network", "throughput_unit", "notes", "framework", "hardware",
-                     "nodes", "gpus_per_node", "cores", "threads_per_rank")
+                     "nodes", "gpus_per_node", "cores", "threads_per_rank", "accumulation")
 
 #: nccl-tests binary / NCCL collective names -> ours.
 NCCL_COLLECTIVES = {"all_reduce": "allreduce", "all_gather": "allgather",
@@ -513,7 +513,7 @@ def _training_frame(rows: list[dict]) -> pd.DataFrame:
     for c in ("source", "topology", "model", "aggregation", "precision", "device", "network",
               "throughput_unit", "notes", "framework", "hardware"):
         frame[c] = _text_column(frame[c])
-    for c in ("nodes", "gpus_per_node", "cores", "threads_per_rank"):
+    for c in ("nodes", "gpus_per_node", "cores", "threads_per_rank", "accumulation"):
         frame[c] = pd.to_numeric(frame[c], errors="coerce")
     return frame
 
@@ -558,6 +558,9 @@ def _train_csv_row(cells: _Cells) -> dict:
         "cores": cells.integer("cores", minimum=1) if cells.record.get("cores") else None,
         "threads_per_rank": cells.integer("threads_per_rank", minimum=1)
         if cells.record.get("threads_per_rank") else None,
+        # micro-batches of batch_per_gpu per optimizer step (gradient accumulation)
+        "accumulation": cells.integer("accumulation", minimum=1)
+        if cells.record.get("accumulation") else None,
     }
 
 

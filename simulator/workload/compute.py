@@ -142,6 +142,22 @@ class ComputeProfile:
                                               l.backward_s * factor) for l in self.layers),
                               self.optimizer_s * factor)
 
+    def accumulated(self, steps: int) -> "ComputeProfile":
+        """The compute of one optimizer step that accumulates the gradients of ``steps``
+        micro-batches (gradient accumulation; PyTorch DDP's ``no_sync`` on all but the last,
+        Horovod's ``backward_passes_per_step``): the first ``steps - 1`` micro-batches'
+        forward and backward run before the last one's forward, as compute that no gradient
+        aggregation overlaps, so they are added to the first layer's forward. The last
+        micro-batch's backward, and the buckets it makes ready, are this profile's own."""
+        if not (isinstance(steps, int) and steps >= 1):
+            raise ValueError(f"accumulation steps must be an integer >= 1, not {steps!r}")
+        if steps == 1:
+            return self
+        extra = (steps - 1) * (self.forward_s + self.backward_s)
+        first = self.layers[0]
+        return ComputeProfile((LayerTime(first.name, first.forward_s + extra, first.backward_s),)
+                              + self.layers[1:], self.optimizer_s)
+
     def anchored(self, samples_per_s: float, batch: int) -> "ComputeProfile":
         """This profile scaled so one device runs ``samples_per_s`` at ``batch`` per
         iteration: a measured single-GPU throughput fixes the total, the model keeps the

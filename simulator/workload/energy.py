@@ -32,7 +32,7 @@ Network energy
 
 Columns (:data:`ENERGY_COLUMNS`): ``gpu_joules`` and ``network_joules`` per iteration (all GPUs,
 all links), ``joules_per_iteration`` their sum, ``joules_per_sample`` that over the iteration's
-samples (``gpus x batch_per_gpu``). Host CPUs, parameter-server hosts, memory, fans and
+samples (``gpus x batch_per_gpu x accumulation``). Host CPUs, parameter-server hosts, memory, fans and
 cooling (PUE) are left out.
 """
 
@@ -127,6 +127,6 @@ def energy_columns(row: dict, engine, device: Device | str, gpus: int, iteration
         net_j += carried * 8 * per_bit / iterations
         net_j += model.static_fraction * per_bit * capacity * 8 * iteration
     total = gpu_j + net_j
-    samples = gpus * int(row["batch_per_gpu"])
+    samples = gpus * int(row["batch_per_gpu"]) * int(row.get("accumulation", 1) or 1)
     return {"joules_per_iteration": total, "joules_per_sample": total / samples,
             "gpu_joules": gpu_j, "network_joules": net_j}

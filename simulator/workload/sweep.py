@@ -67,6 +67,7 @@ class TrainingSpec:
     overlap_slowdown: float | None = None   # compute slowdown beside the library's kernels
     overheads: object = None           # TrainingOverheads: jitter, input pipeline, step cost
     #                                    (None: none); sampled jitter draws with ``seed``
+    accumulation: int = 1              # micro-batches per optimizer step (gradient accumulation)
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -200,7 +201,8 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             compression=fmt, library=spec.library, framework=spec.framework,
             overlap_slowdown=spec.overlap_slowdown,
             overheads=(dataclasses.replace(spec.overheads, seed=spec.seed)
-                       if spec.overheads is not None else None))
+                       if spec.overheads is not None else None),
+            accumulation=spec.accumulation)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,

@@ -174,7 +174,8 @@ def time_to_train(results: pd.DataFrame, model, form: str = "piecewise") -> pd.D
     ----------
     results : pandas.DataFrame
         Rows with ``gpus``, ``iteration_s`` and ``global_batch`` or ``batch_per_gpu`` (then
-        ``global_batch = batch_per_gpu x gpus``).
+        ``global_batch = batch_per_gpu x accumulation x gpus``, ``accumulation`` 1 where the
+        rows have no such column).
     model : str or ConvergenceModel
         The convergence model (registry key: the optimizer).
     form : {"piecewise", "mccandlish"}
@@ -193,7 +194,8 @@ def time_to_train(results: pd.DataFrame, model, form: str = "piecewise") -> pd.D
         raise ConfigError(f"training results lack column(s) {', '.join(missing)}")
     out = results.copy()
     if "global_batch" not in out.columns:
-        out["global_batch"] = out["batch_per_gpu"] * out["gpus"]
+        micro = out["accumulation"].fillna(1) if "accumulation" in out.columns else 1
+        out["global_batch"] = out["batch_per_gpu"] * micro * out["gpus"]
     out["steps"] = [steps_to_target(b, conv, form) for b in out["global_batch"]]
     out["examples"] = out["steps"] * out["global_batch"]
     out["epochs"] = out["examples"] / conv.dataset_examples

@@ -54,7 +54,7 @@ GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
 PRECISIONS = tuple(GRADIENT_BYTES)
 
 TRAINING_COLUMNS = (
-    "model", "aggregation", "gpus", "batch_per_gpu", "precision", "iteration_s",
+    "model", "aggregation", "gpus", "batch_per_gpu", "accumulation", "precision", "iteration_s",
     "throughput_samples_s", "per_gpu_samples_s", "speedup", "efficiency", "compute_s",
     "exposed_comm_s", "comm_busy_s", "overlap", "bottleneck_link", "bottleneck_utilisation",
     "ps_servers", "ps_placement", "consistency", "staleness_mean", "staleness_max",
@@ -264,7 +264,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       slowdown=None, compression: Compression | None = None,
                       collective_engine: str = "event", library=None,
                       framework=None, overlap_slowdown: float | None = None,
-                      overheads=None) -> TrainingResult:
+                      overheads=None, accumulation: int = 1) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -301,7 +301,20 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         synchronous step (the slowest of N workers), the input pipeline on each machine's
         CPU cores, the framework's fixed cost per iteration. They multiply ``slowdown``;
         None: none (earlier behaviour).
+    accumulation : int
+        Gradient accumulation: micro-batches of ``batch_per_gpu`` per optimizer step, whose
+        gradients are aggregated once, from the last micro-batch's backward on
+        (:meth:`~simulator.workload.compute.ComputeProfile.accumulated`); ``profile`` is one
+        micro-batch's. The row's ``batch_per_gpu`` stays the micro-batch; throughput counts
+        every micro-batch's samples.
     """
+    if not (isinstance(accumulation, int) and not isinstance(accumulation, bool)
+            and accumulation >= 1):
+        raise ConfigError(f"accumulation must be an integer >= 1 (micro-batches per optimizer "
+                          f"step), got {accumulation!r}")
+    if accumulation > 1:
+        profile = profile.accumulated(accumulation)
+    samples = batch_per_gpu * accumulation     # per worker and optimizer step
     workers = _placement_nodes(graph, gpus)    # the count checked before it sizes anything
     grad = [int(b) for b in gradient_bytes]
     slow = [1.0] * gpus if slowdown is None else [float(x) for x in slowdown]
@@ -315,7 +328,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         ps_cfg = ps or PsConfig()
         synchronous = aggregation != "ps" or (ps_cfg.staleness == 0
                                               and ps_cfg.easgd_tau is None)
-        factors = worker_factors(graph, workers, batch_per_gpu,
+        factors = worker_factors(graph, workers, samples,
                                  sum(float(l.forward_s + l.backward_s) for l in profile.layers)
                                  + float(profile.optimizer_s),
                                  overheads, synchronous)
@@ -362,12 +375,13 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         wire += fast_wire
     links = links_frame(engine, engine.env.now)
     link, util = bottleneck(links)
-    throughput = rate * batch_per_gpu          # samples/s over all workers
-    speedup = throughput * compute_s / batch_per_gpu
+    throughput = rate * samples                # samples/s over all workers
+    speedup = throughput * compute_s / samples
     exposed = max(0.0, iteration_s - compute_s * max(slow))
     row = {
         "model": model_name, "aggregation": aggregation, "gpus": gpus,
-        "batch_per_gpu": batch_per_gpu, "precision": precision, "iteration_s": iteration_s,
+        "batch_per_gpu": batch_per_gpu, "accumulation": accumulation,
+        "precision": precision, "iteration_s": iteration_s,
         "throughput_samples_s": throughput, "per_gpu_samples_s": throughput / gpus,
         "speedup": speedup, "efficiency": speedup / gpus, "compute_s": compute_s,
         "exposed_comm_s": exposed, "comm_busy_s": comm_busy,
