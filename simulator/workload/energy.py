@@ -32,8 +32,8 @@ Network energy
 
 Columns (:data:`ENERGY_COLUMNS`): ``gpu_joules`` and ``network_joules`` per iteration (all GPUs,
 all links), ``joules_per_iteration`` their sum, ``joules_per_sample`` that over the iteration's
-samples (``gpus x batch_per_gpu x accumulation``). Host CPUs, parameter-server hosts, memory, fans and
-cooling (PUE) are left out.
+samples (``gpus x batch_per_gpu x accumulation``). Host CPUs, parameter-server hosts, memory,
+fans and cooling (PUE) are left out.
 """
 
 from __future__ import annotations

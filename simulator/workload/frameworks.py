@@ -98,27 +98,30 @@ class Framework:
         return f"{self.name}: buckets of {self.bucket_bytes / _MiB:g} MiB{first}"
 
 
+def _apex(name: str, message_size: int, source: str) -> Framework:
+    """Apex DDP with buckets of ``message_size`` gradient elements (fp32 bytes shown by
+    ``bucket_bytes``; :meth:`Framework.bucket_cap_bytes` sizes them by the run's precision)."""
+    return Framework(name, "size", bucket_bytes=message_size * 4, bucket_elements=message_size,
+                     launch="torch", source=source)
+
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework(
         "ddp", "size", bucket_bytes=25 * _MiB, first_bucket_bytes=1 * _MiB, launch="torch",
         source="PyTorch DistributedDataParallel: kDefaultBucketBytesCap = 25 MiB and "
                "kDefaultFirstBucketBytes = 1 MiB (torch/csrc/distributed/c10d/reducer.hpp, "
                "v2.5.0), the buckets DDP rebuilds after its first iteration"),
-    Framework(
-        "apex-ddp", "size", bucket_bytes=10_000_000 * 4, bucket_elements=10_000_000,
-        launch="torch",
-        source="NVIDIA Apex apex.parallel.DistributedDataParallel: 'message_size (int, "
-               "default=1e7): Minimum number of elements in a communication bucket' "
-               "(apex/parallel/distributed.py docstring); the elements are the model's "
-               "gradients (fp16 under amp opt_level O2)"),
-    Framework(
-        "apex-ddp-bert", "size", bucket_bytes=250_000_000 * 4, bucket_elements=250_000_000,
-        launch="torch",
-        source="NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT/run_pretraining.py "
-               "(@042e8724, and DLPerf's fork dl-framework-benchmark/DeepLearningExamples "
-               "@08552ece): DDP(model, message_size=250000000, ...) of apex.parallel, amp "
-               "opt_level O2; 250 M elements exceed BERT-base (110 M) and the bucket is "
-               "all-reduced once backward has ended"),
+    _apex("apex-ddp", 10_000_000,
+          "NVIDIA Apex apex.parallel.DistributedDataParallel: 'message_size (int, "
+          "default=1e7): Minimum number of elements in a communication bucket' "
+          "(apex/parallel/distributed.py docstring); the elements are the model's "
+          "gradients (fp16 under amp opt_level O2)"),
+    _apex("apex-ddp-bert", 250_000_000,
+          "NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT/run_pretraining.py "
+          "(@042e8724, and DLPerf's fork dl-framework-benchmark/DeepLearningExamples "
+          "@08552ece): DDP(model, message_size=250000000, ...) of apex.parallel, amp "
+          "opt_level O2; 250 M elements exceed BERT-base (110 M) and the bucket is "
+          "all-reduced once backward has ended"),
     Framework(
         "single-bucket", "size", bucket_bytes=1 << 62, launch="torch",
         source="every gradient in one call after backward: clustersim measure training's "
