@@ -39,6 +39,16 @@ def test_the_table_reads_as_published():
     assert pd.isna(frame["micro_batch"].iloc[0])          # the source does not state it
 
 
+def test_a_column_stated_on_some_rows_only_reads_as_integers_and_blanks(tmp_path):
+    path = _write(tmp_path,
+                  "a,src,GPT 1.7B,24,2304,24,,51200,2048,32,A100,1,1,32,4,512,,,137,",
+                  "b,src,GPT 1.7B,24,2304,24,,51200,2048,32,A100,1,1,32,,512,,,137,")
+    frame = read_llm_table(path)
+    assert frame["micro_batch"].iloc[0] == 4
+    assert pd.isna(frame["micro_batch"].iloc[1])
+    assert str(frame["micro_batch"].dtype) == "Int64"
+
+
 def test_a_row_without_a_measurement_is_refused_naming_the_line(tmp_path):
     path = _write(tmp_path, "x,src,GPT 1.7B,24,2304,24,,51200,2048,32,A100,1,1,32,,512,,,,")
     with pytest.raises(ConfigError, match=r"llm.csv:2: no measured value"):

@@ -307,6 +307,24 @@ def test_fp8_gemms_are_faster_on_h100_and_unfused_attention_on_v100():
     assert any("unfused" in note for note in v100.notes)
 
 
+def test_fp8_leaves_the_output_layer_in_bf16():
+    """Megatron-Core's LM head is its own ColumnParallelLinear, not a Transformer Engine
+    module: under fp8 its three GEMMs take the bf16 time, the layers' GEMMs the fp8 one."""
+    def ops(precision):
+        chunk = step_work(LLAMA, Layout(precision=precision), "h100-sxm5-80gb").chunks[(0, 0)]
+        return {o.name: o for o in chunk.forward + chunk.backward}
+    bf16, fp8 = ops("bf16"), ops("fp8")
+    head = [n for n in bf16 if n.startswith("head.logits")]
+    assert sorted(head) == ["head.logits", "head.logits.dgrad", "head.logits.wgrad"]
+    for name in head:
+        assert fp8[name].compute_s == bf16[name].compute_s > 0
+        assert fp8[name].flops == bf16[name].flops
+    qkv = next(n for n in bf16 if n.endswith("attn.qkv"))
+    assert fp8[qkv].compute_s < 0.75 * bf16[qkv].compute_s
+    chunk = step_work(LLAMA, Layout(precision="fp8"), "h100-sxm5-80gb")
+    assert any("output layer" in note for note in chunk.notes)
+
+
 @pytest.mark.parametrize("model, layout", [
     ("llama3-70b", Layout(tp=8, pp=4, global_batch=8, sequence_parallel=True, recompute="full")),
     ("llama3-70b", Layout(tp=2, cp=2, global_batch=2, sequence_parallel=True,

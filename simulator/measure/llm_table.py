@@ -82,7 +82,8 @@ def read_llm_table(path) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=header)
     for column in LLM_INTEGER_COLUMNS:
         if column in frame:
-            frame[column] = pd.array([None if v is None else int(v) for v in frame[column]],
+            # a column blank on some rows only comes out of the frame as floats with NaN
+            frame[column] = pd.array([None if pd.isna(v) else int(v) for v in frame[column]],
                                      dtype="Int64")
     frame.attrs["lines"] = lines
     frame.attrs["origin"] = origin

@@ -49,7 +49,9 @@ fp8 (Transformer Engine on Hopper): GEMM operands are cast to fp8 with a transpo
 the backward product (cuBLASLt fp8 GEMMs are "TN" only). Norms and activations fuse the cast of
 the QKV, fc1 and fc2 inputs (``LayerNormLinear``, ``LayerNormMLP``), and the activation backward
 that of fc1's output gradient; the other operands get a separate cast-transpose: the attention
-output (proj input) forward, and the output gradients of fc2, proj and QKV backward.
+output (proj input) forward, and the output gradients of fc2, proj and QKV backward. The output
+layer (logits) is not a Transformer Engine module in Megatron-Core and stays in bf16
+(:data:`FP8_HEAD_PRECISION`).
 
 ``Op.flops`` is the FLOPs the op executes on the rank (attention counted without the causal
 discount, Narayanan et al. 2021's convention); summed over the ops whose kind is not
@@ -73,7 +75,7 @@ from .model import TransformerConfig, model_flops_per_step
 from .work import ChunkWork, Comm, Op, StepWork
 
 __all__ = ["step_work", "UNFUSED_SCORE_BYTES", "UNFUSED_SCORE_BYTES_BWD",
-           "FP8_CAST_TRANSPOSE_BYTES"]
+           "FP8_CAST_TRANSPOSE_BYTES", "FP8_HEAD_PRECISION"]
 
 _B = 2   # bytes per 16-bit activation element
 
@@ -116,8 +118,8 @@ class _Ctx:
         return t
 
     def gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
-             flops: float | None = None) -> Op:
-        kern = gemm(m, n, k, self.precision)
+             flops: float | None = None, precision: str | None = None) -> Op:
+        kern = gemm(m, n, k, precision or self.precision)
         return Op(name, kind, self.time(kern), None, kern.flops if flops is None else flops)
 
     def ew(self, name: str, nbytes: float, kind: str = "elementwise") -> Op:
@@ -159,11 +161,11 @@ def _input_grad(ctx, prefix: str, gemm: str, T: int, n: int, h: int) -> list:
 
 
 def _bwd_gemm(ctx: _Ctx, name: str, m: int, n: int, k: int, kind: str = "gemm",
-              flops: float | None = None) -> tuple[Op, Op]:
+              flops: float | None = None, precision: str | None = None) -> tuple[Op, Op]:
     """Input-gradient and weight-gradient GEMMs of forward GEMM ``(m, n, k)``."""
     half = None if flops is None else flops
-    return (ctx.gemm(name + ".dgrad", m, k, n, kind, half),
-            ctx.gemm(name + ".wgrad", k, n, m, kind, half))
+    return (ctx.gemm(name + ".dgrad", m, k, n, kind, half, precision),
+            ctx.gemm(name + ".wgrad", k, n, m, kind, half, precision))
 
 
 # ------------------------------------------------------------------------------------------
@@ -376,11 +378,25 @@ def _vocab(ctx: _Ctx) -> int:
     return -(-ctx.model.vocab // ctx.tp)       # ceil: Megatron pads the vocabulary
 
 
+#: The precision the output layer's GEMMs run in when the transformer layers run in fp8.
+#: Megatron-Core builds the LM head as its own ``tensor_parallel.ColumnParallelLinear``
+#: (``torch.matmul`` on the 16-bit weights), not as a Transformer Engine module, so
+#: ``fp8_autocast`` leaves it in 16 bits (NVIDIA/Megatron-LM ``megatron/core/models/gpt/
+#: gpt_model.py`` and ``tensor_parallel/layers.py`` at core_r0.8.0 through core_v0.13.x; a 2026
+#: opt-in, ``fp8_output_proj`` with the MXFP8 recipe, is the only exception, ``fp8_utils.
+#: is_mxfp8_output_proj_active``). fp8 training keeps bf16 as its higher precision.
+FP8_HEAD_PRECISION = "bf16"
+
+
+def _head_precision(ctx: _Ctx) -> str:
+    return FP8_HEAD_PRECISION if ctx.precision == "fp8" else ctx.precision
+
+
 def _head_forward(ctx: _Ctx) -> list[Op]:
     h, T, Tsp, v = ctx.h, ctx.T, ctx.Tsp, _vocab(ctx)
     ops = [ctx.ew("head.norm", Tsp * h * _B * 2, "loss")]
     ops += _tp_in(ctx, "head")
-    ops.append(ctx.gemm("head.logits", T, v, h, "loss"))
+    ops.append(ctx.gemm("head.logits", T, v, h, "loss", precision=_head_precision(ctx)))
     # fp32 upcast, max, exp, sum, softmax kept for backward: ~10 bytes per logit
     ops.append(ctx.ew("head.xent", T * v * 10, "loss"))
     for what in ("max", "target", "sumexp"):
@@ -391,7 +407,8 @@ def _head_forward(ctx: _Ctx) -> list[Op]:
 def _head_backward(ctx: _Ctx) -> list[Op]:
     h, T, Tsp, v = ctx.h, ctx.T, ctx.Tsp, _vocab(ctx)
     ops = [ctx.ew("head.xent.bwd", T * v * 6, "loss")]
-    dgrad, wgrad = _bwd_gemm(ctx, "head.logits", T, v, h, "loss")
+    dgrad, wgrad = _bwd_gemm(ctx, "head.logits", T, v, h, "loss",
+                             precision=_head_precision(ctx))
     if ctx.sp:
         ops += ctx.comm("head.tp.allgather.input", "tp", "allgather", T * h * _B,
                         overlapped=True)
@@ -498,8 +515,8 @@ def step_work(model: TransformerConfig, layout: Layout, device, *,
         notes.append("tied embeddings: the word-embedding gradient is also all-reduced between "
                      "the first and last stage once per step (not in the chunks)")
     if layout.precision == "fp8":
-        notes.append("fp8: GEMMs at the fp8 peak; attention, element-wise ops and "
-                     "communication stay 16-bit")
+        notes.append("fp8: the layers' GEMMs at the fp8 peak; the output layer's GEMMs, "
+                     "attention, element-wise ops and communication stay 16-bit")
     if not ctx.flash:
         notes.append("attention unfused (no FlashAttention on this GPU or by request)")
     return StepWork(
