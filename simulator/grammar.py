@@ -747,6 +747,9 @@ class LlmJobSection(Section):
     tp: Count = 1
     cp: Count = 1
     ep: Count = 1
+    expert_tp: Count | None = Field(
+        None, description="tensor parallelism of the expert layers (default tp); 1 with tp > 1 "
+                          "folds the expert groups across tensor-parallel ranks")
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1
@@ -786,7 +789,8 @@ class LlmJobSection(Section):
                       sequence_parallel=self.sequence_parallel, zero_stage=self.zero_stage,
                       fsdp=self.fsdp, distributed_optimizer=self.distributed_optimizer,
                       recompute=self.recompute, precision=self.precision,
-                      tp_overlap=self.tp_overlap, order=self.order, **extra)
+                      tp_overlap=self.tp_overlap, order=self.order,
+                      expert_tp=self.expert_tp, **extra)
 
 
 #: ``kind`` -> the section of that job kind.

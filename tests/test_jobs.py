@@ -245,6 +245,25 @@ def test_a_bad_job_is_one_line_naming_file_and_key(old, new, words):
     assert "\n" not in str(caught.value)
 
 
+def test_an_llm_job_states_its_expert_tensor_parallelism():
+    from simulator.scenario import read_scenario as read
+
+    text = _HGX_B200 + """jobs:
+  - {name: moe, kind: llm, model: qwen3-30b-a3b, tp: 2, ep: 8, expert_tp: 1, global_batch: 4,
+     sequence_parallel: true, distributed_optimizer: true, precision: fp8, ranks: "0-7"}
+"""
+    job = read(text, "m.yaml").study[0]
+    layout = job.layout(8)
+    assert (layout.tp, layout.ep, layout.expert_tp, layout.edp) == (2, 8, 1, 1)
+    with pytest.raises(ConfigError, match=r"m.yaml:\d+: jobs.0.expert_tp"):
+        read(text.replace("expert_tp: 1", "expert_tp: 0"), "m.yaml")
+
+
+_HGX_B200 = """name: moe
+topology: hgx-b200
+"""
+
+
 def test_the_mixed_example_scenario_validates():
     from pathlib import Path
 

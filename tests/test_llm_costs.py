@@ -1,5 +1,6 @@
 """Kernel times, layout refusals and the StepWork built for hybrid-parallel layouts."""
 
+import dataclasses
 import collections
 from dataclasses import replace
 
@@ -240,6 +241,40 @@ def test_expert_parallel_all_to_all_per_moe_layer():
     ds = step_work(deepseek, lay, "h100-sxm5-80gb").chunks[(0, 0)]
     assert not _comm_counts(ds.forward, "l0.")                 # the dense first layer
     assert _comm_counts(ds.forward, "l1.") == {("ep", "alltoall"): 2}
+
+
+def test_expert_tp_1_keeps_tensor_collectives_out_of_the_experts():
+    """MoE parallel folding: with expert_tp 1 under tp 2 the experts run whole on each rank
+    (no all-gather / reduce-scatter around them), on the rank's own T/tp routed copies, with
+    full-width GEMMs; the FLOPs of the step do not change, the expert parameters per rank are
+    those of ep experts, not ep x tp, and the optimizer shards them over the larger
+    expert-data-parallel group."""
+    from simulator.workload.llm.memory import chunk_params
+
+    folded = Layout(tp=2, ep=8, dp=4, global_batch=4, sequence_parallel=True, expert_tp=1)
+    default = dataclasses.replace(folded, ep=4, expert_tp=None)
+    fc, dc = (step_work(MIXTRAL, lay, "h100-sxm5-80gb").chunks[(0, 0)]
+              for lay in (folded, default))
+    moe = lambda chunk, kind: [o for o in chunk.forward + chunk.backward   # noqa: E731
+                               if o.name.startswith("l0.moe.") and o.comm
+                               and o.comm.group == kind]
+    assert not moe(fc, "tp") and not moe(fc, "etp")
+    assert len(moe(dc, "tp")) == 4                     # all-gather + reduce-scatter, both ways
+    tokens = 32768 // 2                                # T/tp under sequence parallelism
+    fc1 = next(o for o in fc.forward if o.name == "l0.moe.experts.fc1")
+    dc1 = next(o for o in dc.forward if o.name == "l0.moe.experts.fc1")
+    assert fc1.flops == dc1.flops == pytest.approx(2.0 * 32768 * 2 * 4096 * 2 * 14336 / 2)
+    a2a = next(o for o in fc.forward if o.name == "l0.moe.ep.dispatch")
+    assert a2a.comm.size_bytes == tokens * 2 * 4096 * 2
+    _, fe = chunk_params(MIXTRAL, folded, 0, 0)
+    _, de = chunk_params(MIXTRAL, default, 0, 0)
+    per_layer = MIXTRAL.layer_expert_params(0) * MIXTRAL.layers
+    assert fe == pytest.approx(per_layer / 8) and de == pytest.approx(per_layer / (4 * 2))
+    assert (folded.edp, default.edp) == (1, 1)
+    assert any("expert tensor parallelism = 1" in n for n in
+               step_work(MIXTRAL, folded, "h100-sxm5-80gb").notes)
+    with pytest.raises(ConfigError, match="expert_tp = 3 must divide tp = 2"):
+        step_work(MIXTRAL, dataclasses.replace(folded, expert_tp=3), "h100-sxm5-80gb")
 
 
 def test_recompute_adds_forward_ops_to_backward():

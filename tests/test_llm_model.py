@@ -58,6 +58,11 @@ def test_moe_active_parameters():
     deepseek = get_llm_model("deepseekmoe-16b")
     assert deepseek.active_params == pytest.approx(2.8e9, rel=0.03)
     assert deepseek.moe_layers == 27 and deepseek.dense_layers == 1
+    # Qwen3 report, Table 2 / model cards: "30.5B in total and 3.3B activated", "235B in
+    # total and 22B activated"
+    assert get_llm_model("qwen3-30b-a3b").active_params == pytest.approx(3.3e9, rel=0.03)
+    assert get_llm_model("qwen3-235b-a22b").active_params == pytest.approx(22e9, rel=0.03)
+    assert get_llm_model("qwen3-30b-a3b").q_dim == 4096 != get_llm_model("qwen3-30b-a3b").hidden
 
 
 def test_unknown_model_lists_valid_names():

@@ -17,7 +17,7 @@ def test_megatron_order_groups():
     assert pl.groups("tp") == [(0, 1), (2, 3), (4, 5), (6, 7)]
     assert pl.groups("dp") == [(0, 2), (1, 3), (4, 6), (5, 7)]
     assert pl.groups("pp") == [(0, 4), (1, 5), (2, 6), (3, 7)]
-    assert pl.coords(7) == {"tp": 1, "cp": 0, "dp": 1, "pp": 1, "ep": 0, "edp": 1}
+    assert pl.coords(7) == {"tp": 1, "cp": 0, "dp": 1, "pp": 1, "etp": 1, "ep": 0, "edp": 1}
 
 
 def test_cp_between_tp_and_dp():
@@ -31,6 +31,26 @@ def test_ep_carved_from_cp_dp():
     assert pl.groups("ep") == [(0, 2), (1, 3), (4, 6), (5, 7)]
     pl = place(topo(), Layout(tp=1, cp=2, dp=4, ep=4))
     assert pl.groups("ep") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_expert_tp_1_folds_expert_groups_across_tensor_ranks():
+    # Megatron's expert rank generator (tp=expert_tp, ep, dp=expert dp, cp=1): with expert_tp 1
+    # a stage's ranks in tp-cp-dp order are cut straight into expert groups
+    pl = place(topo(), Layout(tp=2, dp=4, ep=4, expert_tp=1))
+    assert pl.groups("ep") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert pl.groups("etp") == [(r,) for r in range(8)]
+    assert pl.coords(5) == {"tp": 1, "cp": 0, "dp": 2, "pp": 0, "etp": 0, "ep": 1, "edp": 1}
+    assert pl.replica_unit == 2            # an expert group of 4 spans two tp-2 replicas
+    pl = place(topo(), Layout(tp=2, dp=4, ep=8, expert_tp=1))
+    assert pl.groups("ep") == [tuple(range(8))]
+    # expert_tp = tp is the default and gives the old groups
+    assert place(topo(), Layout(tp=2, dp=4, ep=2, expert_tp=2)).groups("ep") == \
+        place(topo(), Layout(tp=2, dp=4, ep=2)).groups("ep") == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert place(topo(), Layout(tp=2, dp=4, ep=2)).groups("etp")[0] == (0, 1)
+    with pytest.raises(ConfigError, match="expert-tp 1 x --ep 16"):
+        place(topo(), Layout(tp=2, dp=4, ep=16, expert_tp=1))
+    with pytest.raises(ConfigError, match="--ep 8 must divide cp x dp = 4"):
+        place(topo(), Layout(tp=2, dp=4, ep=8))
 
 
 def test_order_override():

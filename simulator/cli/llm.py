@@ -32,6 +32,10 @@ def add_llm_parser(subparsers) -> None:
     for name in ("tp", "cp", "ep", "pp", "dp"):
         p.add_argument(f"--{name}", default=None, metavar="N",
                        help=f"{name} degree (default 1; with --search a comma list to try)")
+    p.add_argument("--expert-tp", type=int, default=None, metavar="N",
+                   help="tensor parallelism of the expert layers (Megatron-Core's "
+                        "expert_tensor_parallel_size; default tp). 1 with tp > 1 folds the "
+                        "expert groups across tensor-parallel ranks")
     p.add_argument("--virtual-stages", default=None, metavar="N",
                    help="model chunks per pipeline stage (interleaved schedule)")
     p.add_argument("--micro-batch", default=None, metavar="N",
@@ -132,7 +136,7 @@ def layout_from_args(args):
                   sequence_parallel=args.sequence_parallel, zero_stage=args.zero_stage,
                   fsdp=args.fsdp, distributed_optimizer=args.distributed_optimizer,
                   recompute=recompute, precision=args.precision, order=args.order,
-                  **extra)
+                  expert_tp=getattr(args, "expert_tp", None), **extra)
 
 
 def format_row(row: dict) -> str:
@@ -154,6 +158,9 @@ def cmd_search(args) -> int:
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name} is not searched over a list: dp is GPUs / (tp x cp x pp)"
                               f" and ep is tried for MoE models; leave --{name} out with --search")
+    if getattr(args, "expert_tp", None) is not None:
+        raise ConfigError("--expert-tp is not searched: the search keeps Megatron's default "
+                          "(expert_tp = tp); leave --expert-tp out with --search")
     recompute = tuple(r.strip() for r in args.recompute.split(",")) if args.recompute else None
     space_args = {"optimizers": tuple(o.strip() for o in args.optimizers.split(",")),
                   "precision": args.precision}

@@ -9,6 +9,9 @@ the defaults below, and every default taken is listed in the row's ``assumed`` c
 comparison says what it guessed:
 
 * ``pp``, ``cp``, ``ep``, ``virtual_stages``: 1; ``dp``: gpus / (tp x cp x pp);
+  ``expert_tp``: ``tp`` (Megatron's default); an MoE row with ``tp > 1`` runs with sequence
+  parallelism (Megatron-Core refuses MoE with tensor parallelism without it), listed in
+  ``assumed``;
   ``zero_stage``: 0; ``micro_batch``: without a pipeline the largest that divides the batch of
   a replica (global / dp) and fits in memory (at best one micro-batch, no gradient accumulation,
   as Megatron-LM 2020 ran), with a pipeline 1;
@@ -28,6 +31,7 @@ simulator is optimistic (more TFLOP/s, MFU or tokens/s, or a shorter step, than 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -39,8 +43,9 @@ __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_
            "row_layout", "summarise_llm"]
 
 #: Columns of a compared LLM table (``compare.csv``).
-LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "pp", "dp",
-                     "virtual_stages", "micro_batch", "global_batch", "recompute", "precision",
+LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp", "pp",
+                     "dp", "virtual_stages", "micro_batch", "global_batch", "recompute",
+                     "precision",
                      "metric", "measured", "simulated", "error_pct", "step_time_s",
                      "hardware_tflops_per_gpu", "mfu_pct", "compute_s", "exposed_tp_s",
                      "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology", "assumed",
@@ -140,6 +145,7 @@ def row_layout(row):
     tp = value("tp", None)
     cp = value("cp", 1)
     ep = value("ep", 1)
+    expert_tp = _cell(row, "expert_tp")
     pp = value("pp", 1)
     gpus = value("gpus", None)
     dp = _cell(row, "dp")
@@ -170,7 +176,8 @@ def row_layout(row):
                     pipeline="interleaved" if virtual > 1 else "1f1b",
                     sequence_parallel=False, zero_stage=zero,
                     distributed_optimizer=False, recompute=recompute, precision=precision,
-                    attention=_attention(row, assumed))
+                    attention=_attention(row, assumed),
+                    expert_tp=None if expert_tp is None else int(expert_tp))
     return layout, assumed
 
 
@@ -191,7 +198,6 @@ def _memory_note(model, layout, graph) -> list[str]:
 def _largest_micro_batch(model, layout, graph):
     """Without a stated micro-batch: the largest that divides the replica's batch and fits in
     memory (how a Megatron-LM user picks it), at most the default of :func:`row_layout`."""
-    import dataclasses
 
     from ..topology import endpoints
     from ..topology.devices import get_device
@@ -304,7 +310,8 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
                 "skipped": ""}
         try:
             layout, assumed = row_layout(row)
-            base.update(tp=layout.tp, cp=layout.cp, ep=layout.ep, pp=layout.pp, dp=layout.dp,
+            base.update(tp=layout.tp, cp=layout.cp, ep=layout.ep, expert_tp=layout.etp,
+                        pp=layout.pp, dp=layout.dp,
                         virtual_stages=layout.virtual_stages, micro_batch=layout.micro_batch,
                         global_batch=layout.global_batch, recompute=layout.recompute,
                         precision=layout.precision, assumed=" ".join(assumed))
@@ -313,6 +320,10 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
                                   f"{layout.dp} = {layout.gpus}, not the row's {base['gpus']} "
                                   f"GPUs")
             model = _model_of(row)
+            if model.moe is not None and layout.tp > 1:
+                # Megatron-Core refuses MoE with tensor parallelism but no sequence parallelism
+                layout = dataclasses.replace(layout, sequence_parallel=True)
+                assumed.append("sequence_parallel")
             device, note = _device_of(row, _preset_shape(topology, params, cache)[1])
             assumed += [note] if note and "gpu" not in params else []
             graph = _graph_for(topology, params, layout.gpus, device, cache)

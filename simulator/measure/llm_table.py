@@ -9,7 +9,7 @@ means the source does not state it.
 Columns (the layout of ``train_llm_megatron_a100_v100.csv`` in the project's validation data):
 ``model``, ``gpus`` and ``tp`` are required; ``source_id``, ``source``, ``params_b``, ``layers``,
 ``hidden``, ``heads``, ``ffn_hidden``, ``vocab``, ``seq_len``, ``gpu_model``, ``gpus_per_node``,
-``inter_node``, ``pp``, ``dp``, ``cp``, ``ep``, ``virtual_stages``, ``micro_batch``,
+``inter_node``, ``pp``, ``dp``, ``cp``, ``ep``, ``expert_tp``, ``virtual_stages``, ``micro_batch``,
 ``global_batch``, ``precision``, ``activation_recompute``, ``zero_stage``, ``framework``,
 ``measured_tflops_per_gpu``, ``measured_mfu_pct``, ``measured_step_time_s``,
 ``measured_tokens_per_s``, ``notes`` are optional, and other columns are kept as they are. A row
@@ -33,7 +33,8 @@ LLM_MEASURED = ("measured_tflops_per_gpu", "measured_mfu_pct", "measured_step_ti
 
 #: Integer columns (blank: not stated).
 LLM_INTEGER_COLUMNS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "gpus",
-                       "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "virtual_stages",
+                       "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "expert_tp",
+                       "virtual_stages",
                        "micro_batch", "global_batch", "zero_stage", "kv_heads", "experts",
                        "top_k")
 _FLOAT_COLUMNS = ("params_b",) + LLM_MEASURED

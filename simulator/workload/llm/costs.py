@@ -17,10 +17,12 @@ element, 2):
   activation; fc2 (``f/tp x h``); ``tp`` all-reduce / reduce-scatter; dropout + residual.
 * MLP (MoE; ``tp > 1`` needs sequence parallelism): norm; router GEMM on the rank's ``T/tp``
   tokens; ``ep`` all-to-all *dispatch* of its ``R = T/tp·top_k·capacity`` token copies
-  (``R·h·B`` send buffer); [``tp > 1``: ``tp`` all-gather of ``R·tp·h·B``, as Megatron's
-  all-to-all dispatcher does with expert tensor parallelism = ``tp``]; expert fc1, activation,
-  fc2 on ``R·tp`` tokens with ``/tp`` widths; [``tp`` reduce-scatter]; ``ep`` all-to-all
-  *combine*; shared experts as a dense TP MLP.
+  (``R·h·B`` send buffer); [``e > 1``: all-gather of ``R·e·h·B`` over the expert-tensor group
+  of ``e = expert_tp`` ranks (the tp group at Megatron's default ``e = tp``), as Megatron's
+  all-to-all dispatcher does]; expert fc1, activation, fc2 on ``R·e`` tokens with ``/e``
+  widths; [reduce-scatter over the same group]; ``ep`` all-to-all *combine*; shared experts as
+  a dense TP MLP. With ``expert_tp = 1`` and ``tp > 1`` (MoE parallel folding) the expert
+  group spans tensor-parallel ranks and no collective runs inside the experts.
 
 Tensor-parallel placement follows Shoeybi et al. 2019 (the ``f``/``g`` operators: 2 all-reduces
 per layer forward, 2 backward) and Korthikanti et al. 2022 (sequence parallelism: all-gather
@@ -100,7 +102,9 @@ class _Ctx:
         lay, m = self.layout, self.model
         self.b = lay.micro_batch
         self.s = m.seq_len
-        self.tp, self.cp, self.ep = lay.tp, lay.cp, lay.ep
+        self.tp, self.cp, self.ep, self.etp = lay.tp, lay.cp, lay.ep, lay.etp
+        # the expert layers' tensor-parallel group: the tp group itself at Megatron's default
+        self.etp_group = "tp" if self.etp == self.tp else "etp"
         self.sp = lay.sequence_parallel and lay.tp > 1
         self.T = self.b * self.s // self.cp                # tokens of a rank's sequence slice
         self.Tsp = self.T // self.tp if self.sp else self.T  # tokens outside the TP region
@@ -127,7 +131,7 @@ class _Ctx:
 
     def comm(self, name: str, group: str, collective: str, size: float,
              overlapped: bool = False) -> list[Op]:
-        degree = {"tp": self.tp, "cp": self.cp, "ep": self.ep}.get(group, 2)
+        degree = {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp}.get(group, 2)
         if degree <= 1:
             return []
         if group == "tp" and self.layout.tp_overlap:
@@ -246,7 +250,7 @@ def _moe_dims(ctx: _Ctx):
     moe = ctx.model.moe
     tokens = ctx.T // ctx.tp if ctx.sp else ctx.T        # tokens this rank routes
     copies = tokens * moe.top_k * moe.capacity_factor     # R
-    gathered = copies * ctx.tp if ctx.sp else copies      # expert GEMM rows on this rank
+    gathered = copies * ctx.etp if ctx.sp else copies     # expert GEMM rows on this rank
     return moe, tokens, copies, gathered
 
 
@@ -260,17 +264,18 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     ops = [ctx.gemm(q + ".router", tokens, moe.experts, h, gk),
            ctx.ew(q + ".route", tokens * moe.experts * 4 * 2 + copies * h * _B * 2, ek)]
     ops += ctx.comm(q + ".ep.dispatch", "ep", "alltoall", copies * h * _B)
+    etp, eg = ctx.etp, ctx.etp_group
     if ctx.sp:
-        ops += ctx.comm(q + ".tp.allgather", "tp", "allgather", rows * h * _B)
+        ops += ctx.comm(q + ".tp.allgather", eg, "allgather", rows * h * _B)
     rows_i = int(round(rows))
     model_rows = (ctx.T * moe.top_k)                       # without capacity padding
-    ops.append(ctx.gemm(q + ".experts.fc1", rows_i, m.fc1_width(fe) // tp, h, gk,
+    ops.append(ctx.gemm(q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h, gk,
                         2.0 * model_rows * h * m.fc1_width(fe) / tp))
-    ops.append(ctx.ew(q + ".experts.act", rows * (m.fc1_width(fe) + fe) // tp * _B, ek))
-    ops.append(ctx.gemm(q + ".experts.fc2", rows_i, h, fe // tp, gk,
+    ops.append(ctx.ew(q + ".experts.act", rows * (m.fc1_width(fe) + fe) // etp * _B, ek))
+    ops.append(ctx.gemm(q + ".experts.fc2", rows_i, h, fe // etp, gk,
                         2.0 * model_rows * fe * h / tp))
     if ctx.sp:
-        ops += ctx.comm(q + ".tp.reducescatter", "tp", "reducescatter", rows * h * _B)
+        ops += ctx.comm(q + ".tp.reducescatter", eg, "reducescatter", rows * h * _B)
     ops += ctx.comm(q + ".ep.combine", "ep", "alltoall", copies * h * _B)
     ops.append(ctx.ew(q + ".unpermute", copies * h * _B * 2, ek))
     if moe.shared_experts:
@@ -306,18 +311,19 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     ops: list[Op] = []
     if moe.shared_experts:
         ops += _dense_mlp_backward(ctx, q + ".shared", moe.shared_hidden * moe.shared_experts)
+    etp, eg = ctx.etp, ctx.etp_group
     ops.append(ctx.ew(q + ".unpermute.bwd", copies * h * _B * 2))
     ops += ctx.comm(q + ".ep.combine.bwd", "ep", "alltoall", copies * h * _B)
     if ctx.sp:
-        ops += ctx.comm(q + ".tp.allgather.grad", "tp", "allgather", rows * h * _B)
+        ops += ctx.comm(q + ".tp.allgather.grad", eg, "allgather", rows * h * _B)
     ops += _fp8_cast(ctx, q + ".experts.fc2.grad", rows * h, "elementwise")
-    ops += _bwd_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // tp,
+    ops += _bwd_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // etp,
                      flops=2.0 * model_rows * fe * h / tp)
-    ops.append(ctx.ew(q + ".experts.act.bwd", 2 * rows * (m.fc1_width(fe) + fe) // tp * _B))
-    ops += _bwd_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // tp, h,
+    ops.append(ctx.ew(q + ".experts.act.bwd", 2 * rows * (m.fc1_width(fe) + fe) // etp * _B))
+    ops += _bwd_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h,
                      flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
     if ctx.sp:
-        ops += ctx.comm(q + ".tp.reducescatter.grad", "tp", "reducescatter", rows * h * _B)
+        ops += ctx.comm(q + ".tp.reducescatter.grad", eg, "reducescatter", rows * h * _B)
     ops += ctx.comm(q + ".ep.dispatch.bwd", "ep", "alltoall", copies * h * _B)
     ops += _bwd_gemm(ctx, q + ".router", tokens, moe.experts, h)
     return ops
@@ -484,7 +490,7 @@ def _optimizer_s(ctx: _Ctx) -> float:
         for v in range(lay.virtual_stages):
             d, e = chunk_params(ctx.model, lay, stage, v)
             dense, expert = dense + d, expert + e
-        params = dense / shard + expert / max(1.0, shard / lay.ep if sharded else 1.0)
+        params = dense / shard + expert / (max(1, lay.edp) if sharded else 1)
         worst = max(worst, ctx.time(adam(params, ctx.precision)))
     return worst
 
@@ -506,8 +512,10 @@ def step_work(model: TransformerConfig, layout: Layout, device, *,
     notes = [
         "context parallelism modelled as all-gather of K,V per layer (Llama 3 style); "
         "Megatron's default ring overlaps its cp-1 steps with attention",
-        "expert tensor parallelism = tp (Megatron's default); grad_bytes lumps expert "
-        "gradients, which reduce over the expert-data-parallel group (dp x cp / ep)",
+        (f"expert tensor parallelism = {layout.etp}"
+         + (" = tp (Megatron's default)" if layout.expert_tp is None else "")
+         + "; grad_bytes lumps expert gradients, which reduce over the expert-data-parallel "
+           f"group of {layout.edp} rank{'s' if layout.edp != 1 else ''}"),
         f"gradients reduced in {'fp32' if main_grad_bytes(layout) == 4 else '16-bit'} "
         "(Megatron's default for the precision)",
     ]

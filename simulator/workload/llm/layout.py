@@ -4,6 +4,12 @@ Degrees (Megatron-LM's names; Shoeybi et al. 2019, Narayanan et al. SC 2021, Kor
 2022): ``tp`` tensor, ``cp`` context (sequence split across ranks, ring attention), ``ep`` expert
 (MoE layers' experts spread over ranks; carved out of the data-parallel ranks as Megatron does),
 ``pp`` pipeline stages, ``dp`` data-parallel replicas. ``tp x cp x pp x dp`` is the GPU count.
+``expert_tp`` is the tensor parallelism of the expert layers (Megatron-Core's
+``expert_tensor_parallel_size``; None: ``tp``, Megatron's default). Below ``tp`` the MoE layers
+are "folded" (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960; Megatron-Core's
+expert rank generator): their ``tp x cp x dp`` ranks are regrouped as ``expert_tp x ep x
+expert data parallel``, so an expert group may span tensor-parallel ranks (``tp 2, ep 32,
+expert_tp 1`` on 16 data-parallel replicas).
 
 The rest says how the step runs: micro-batch and global batch (micro-batches per pipeline =
 global / (dp x micro)), the pipeline schedule (``gpipe``, ``1f1b``, ``interleaved`` with
@@ -56,10 +62,22 @@ class Layout:
     order: str = "tp-cp-ep-dp-pp"     # rank order, fastest-varying first (Megatron's default)
     attention: str = "auto"           # see ATTENTION_KINDS
     main_grads: str = "auto"          # see MAIN_GRADS
+    expert_tp: int | None = None      # expert tensor parallelism (None: tp, Megatron's default)
 
     @property
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def etp(self) -> int:
+        """Tensor parallelism of the expert layers: ``expert_tp``, else ``tp``."""
+        return self.tp if self.expert_tp is None else self.expert_tp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel replicas: the ``tp x cp x dp`` ranks of a stage over
+        ``etp x ep`` (``cp x dp / ep`` when ``etp == tp``)."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     @property
     def micro_batches(self) -> int:
@@ -112,11 +130,14 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
       refused); ``virtual_stages > 1`` needs the interleaved schedule;
     * context parallelism: ``seq_len % (2 x cp) == 0`` (each rank gets two of ``2·cp`` chunks,
       for causal load balance); with sequence parallelism ``(seq_len / cp) % tp == 0``;
-    * experts: ``ep > 1`` needs an MoE model, ``experts % ep == 0``, and ``(dp x cp) % ep == 0``
-      (expert parallelism is carved out of the data- and context-parallel ranks: Megatron requires
-      ``expert_tensor x expert x pipeline`` to divide the world size, with expert tensor
-      parallelism defaulting to ``tp``); an MoE model with ``tp > 1`` is modelled with sequence
-      parallelism only;
+    * experts: ``ep > 1`` needs an MoE model, ``experts % ep == 0``, and ``(tp x cp x dp) %
+      (expert_tp x ep) == 0`` (expert parallelism is carved out of a stage's ranks: Megatron
+      requires ``expert_tensor x expert x pipeline`` to divide the world size; with expert
+      tensor parallelism ``tp``, its default, that is ``(dp x cp) % ep == 0``); ``expert_tp``
+      must divide ``tp`` (this model's restriction: a rank's sequence-parallel tokens are
+      gathered over an expert-tensor group inside its tensor-parallel group) and the expert
+      ``ffn_hidden``; an MoE model with ``tp > 1`` is modelled with sequence parallelism only
+      (Megatron-Core refuses MoE with tensor parallelism and without it);
     * ``tp x cp x pp x dp == gpus`` when ``gpus`` is given;
     * ZeRO stage 0..3 (FSDP is stage 3); Megatron's distributed optimizer is ZeRO-1 style and
       does not combine with a ZeRO stage > 0;
@@ -157,9 +178,16 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
     if model.ffn_hidden % tp:
         raise ConfigError(f"{model.name}: ffn_hidden {model.ffn_hidden} is not divisible by "
                           f"tp = {tp}")
-    if model.moe is not None and model.moe.expert_ffn_hidden % tp:
+    etp = layout.etp
+    if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
+        raise ConfigError(f"layout expert_tp must be a positive integer, not {etp!r}")
+    if tp % etp:
+        raise ConfigError(f"expert_tp = {etp} must divide tp = {tp}")
+    if model.moe is not None and model.moe.expert_ffn_hidden % etp:
         raise ConfigError(f"{model.name}: expert ffn_hidden {model.moe.expert_ffn_hidden} is "
-                          f"not divisible by tp = {tp} (expert tensor parallelism = tp)")
+                          f"not divisible by expert_tp = {etp}"
+                          + (" (expert tensor parallelism = tp)" if layout.expert_tp is None
+                             else ""))
     if v > 1 and layout.pipeline != "interleaved":
         raise ConfigError(f"virtual_stages = {v} needs pipeline 'interleaved', "
                           f"not {layout.pipeline!r}")
@@ -195,9 +223,14 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
         if model.moe.experts % ep:
             raise ConfigError(f"{model.name}: {model.moe.experts} experts are not divisible by "
                               f"ep = {ep}")
-        if (dp * cp) % ep:
-            raise ConfigError(f"ep = {ep} must divide dp x cp = {dp} x {cp} = {dp * cp} (expert "
-                              f"parallelism is carved out of the data-parallel ranks)")
+        if (tp * cp * dp) % (etp * ep):
+            if etp == tp:
+                raise ConfigError(f"ep = {ep} must divide dp x cp = {dp} x {cp} = {dp * cp} "
+                                  f"(expert parallelism is carved out of the data-parallel "
+                                  f"ranks)")
+            raise ConfigError(f"expert_tp x ep = {etp} x {ep} must divide tp x cp x dp = "
+                              f"{tp} x {cp} x {dp} = {tp * cp * dp} (the expert layers regroup "
+                              f"a stage's ranks)")
     if model.moe is not None and tp > 1 and not layout.sequence_parallel:
         raise ConfigError(f"{model.name}: an MoE model with tp = {tp} is modelled with "
                           f"sequence parallelism only (set sequence_parallel)")

@@ -3,8 +3,8 @@
 Per pipeline stage (the stage with the most memory is what must fit), bytes per GPU:
 
 * **Model states** (weights, gradients, optimizer states) of the stage's parameters on this
-  rank: dense parameters ``/tp``, routed experts ``/(ep x tp)`` (expert tensor parallelism
-  defaults to ``tp`` in Megatron-LM's ``model_parallel_config.py``), embeddings on the first
+  rank: dense parameters ``/tp``, routed experts ``/(ep x expert_tp)`` (expert tensor
+  parallelism defaults to ``tp`` in Megatron-LM's ``model_parallel_config.py``), embeddings on the first
   stage and the output layer on the last (with tied embeddings and ``pp > 1`` the last stage
   keeps its own copy, as Megatron does). Bytes per parameter:
 
@@ -18,9 +18,10 @@ Per pipeline stage (the stage with the most memory is what must fit), bytes per 
     et al. SC 2020, Figure 1; :func:`simulator.workload.zero.zero_memory`).
 
   ``d`` is ``dp x cp`` for dense parameters (Megatron reduces gradients and shards the
-  optimizer over the data- and context-parallel ranks) and ``dp x cp / ep`` for experts (the
-  expert-data-parallel group). fp8 training keeps bf16 weights and fp32 optimizer states (the
-  fp8 copies Transformer Engine makes are transient): counted as bf16.
+  optimizer over the data- and context-parallel ranks) and ``tp x dp x cp / (expert_tp x ep)``
+  for experts (the expert-data-parallel group; ``dp x cp / ep`` with ``expert_tp = tp``). fp8
+  training keeps bf16 weights and fp32 optimizer states (the fp8 copies Transformer Engine
+  makes are transient): counted as bf16.
 * **Activations** (:func:`.model.activation_bytes_per_layer`, Korthikanti et al. 2022) times the
   micro-batches in flight on that stage: 1F1B holds ``min(pp - s, m)`` on stage ``s``;
   interleaved holds ``min(2(pp - s - 1) + (v - 1)·pp + 1, m·v)`` model chunks of ``L/(pp·v)``
@@ -133,7 +134,7 @@ def _last(layout: Layout, stage: int, virtual: int) -> bool:
 def chunk_params(model: TransformerConfig, layout: Layout, stage: int,
                  virtual: int) -> tuple[float, float]:
     """(dense, expert) parameters of chunk ``(stage, virtual)`` held by one rank."""
-    tp, ep = layout.tp, layout.ep
+    tp, ep, etp = layout.tp, layout.ep, layout.etp
     dense = expert = 0.0
     replicated_per_layer = 2 * model.norm_params
     for i in chunk_layers(model, layout, stage, virtual):
@@ -141,7 +142,7 @@ def chunk_params(model: TransformerConfig, layout: Layout, stage: int,
         rest = model.layer_params(i) - e
         router = model.router_params if model.is_moe_layer(i) else 0
         dense += (rest - replicated_per_layer - router) / tp + replicated_per_layer + router
-        expert += e / (ep * tp)
+        expert += e / (ep * etp)
     word = model.vocab * model.hidden / tp
     if _first(layout, stage, virtual):
         dense += word + (model.embedding_params - model.vocab * model.hidden)
@@ -215,7 +216,7 @@ def _stage_items(model: TransformerConfig, layout: Layout, device, stage: int) -
     dense, expert = stage_params(model, layout, stage)
     shard = layout.dp * cp
     w1, g1, o1 = _state_bytes(layout, dense, shard)
-    w2, g2, o2 = _state_bytes(layout, expert, max(1.0, shard / layout.ep))
+    w2, g2, o2 = _state_bytes(layout, expert, max(1, layout.edp))
     flash = uses_flash(layout, dev)
     sp = layout.sequence_parallel and tp > 1
     b = layout.micro_batch

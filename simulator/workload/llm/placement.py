@@ -3,10 +3,14 @@
 Megatron-LM numbers the ranks of a ``tp x cp x ep x dp x pp`` job with tensor parallelism
 varying fastest, then context, data, pipeline (``order="tp-cp-ep-dp-pp"``,
 ``megatron/core/parallel_state.py``: ``RankGenerator``). Expert parallelism is carved out of
-the ``cp x dp`` ranks: the ``cp x dp`` block of a (tp index, stage) is cut into ``ep``
-consecutive ranks (the expert group) times ``cp x dp / ep`` expert-data-parallel replicas, as
-Megatron's expert rank generator does with the same order. ``Layout.order`` overrides the order
-of ``tp``, ``cp``, ``dp``, ``pp`` (``ep`` marks nothing of its own: it always splits cp x dp).
+a stage's ranks as Megatron's expert rank generator does (``RankGenerator(tp=expert_tp,
+ep=ep, dp=expert data parallel, cp=1, pp=pp)`` with the same order): the stage's ranks, taken
+in the order ``tp + tp x (cp + cp x dp)``, are cut into ``expert_tp`` consecutive ranks (the
+expert-tensor group), ``ep`` of those (the expert group) and the expert-data-parallel
+replicas. With ``expert_tp = tp`` (Megatron's default) that is the ``cp x dp`` block of a (tp
+index, stage) cut into ``ep`` consecutive ranks; with ``expert_tp = 1`` an expert group runs
+across tensor-parallel ranks. ``Layout.order`` overrides the order of ``tp``, ``cp``, ``dp``,
+``pp`` (``ep`` marks nothing of its own: it always splits a stage's ranks as above).
 
 Rank ``r`` runs on endpoint ``r`` of the topology (:func:`simulator.topology.endpoints`:
 machine-major, GPU index within a machine), so with tp = GPUs per machine every tensor-parallel
@@ -49,8 +53,9 @@ def parse_order(order: str) -> tuple[str, ...]:
 class Placement:
     """A layout's ranks, groups and endpoints.
 
-    ``coords(r)`` gives ``{"tp", "cp", "dp", "pp", "ep", "edp"}`` indices of rank ``r``;
-    ``groups(kind)`` lists every group of ``kind`` (``tp``, ``cp``, ``ep``, ``dp``, ``pp``) as
+    ``coords(r)`` gives ``{"tp", "cp", "dp", "pp", "etp", "ep", "edp"}`` indices of rank ``r``;
+    ``groups(kind)`` lists every group of ``kind`` (``tp``, ``cp``, ``etp``, ``ep``, ``dp``,
+    ``pp``) as
     a tuple of global ranks (ordered by the group's own index); ``group_of(kind, r)`` the group
     containing ``r``; ``node[r]`` the topology endpoint of rank ``r``.
     """
@@ -83,21 +88,29 @@ class Placement:
     def coords(self, r: int) -> dict:
         st, size = self._stride, self._size
         c = {d: (r // st[d]) % size[d] for d in DIMS}
-        x = c["cp"] + self.layout.cp * c["dp"]
-        c["ep"] = x % self.layout.ep
-        c["edp"] = x // self.layout.ep
+        lay = self.layout
+        x = c["tp"] + lay.tp * (c["cp"] + lay.cp * c["dp"])    # the rank's place in its stage
+        c["etp"] = x % lay.etp
+        c["ep"] = (x // lay.etp) % lay.ep
+        c["edp"] = x // (lay.etp * lay.ep)
         return c
 
-    def _rank_ep(self, c: dict, ep: int, edp: int) -> int:
-        x = edp * self.layout.ep + ep
-        return self.rank(tp=c["tp"], cp=x % self.layout.cp, dp=x // self.layout.cp, pp=c["pp"])
+    def _rank_expert(self, pp: int, etp: int, ep: int, edp: int) -> int:
+        lay = self.layout
+        x = etp + lay.etp * (ep + lay.ep * edp)
+        tp, rest = x % lay.tp, x // lay.tp
+        return self.rank(tp=tp, cp=rest % lay.cp, dp=rest // lay.cp, pp=pp)
 
     def group_of(self, kind: str, r: int) -> tuple:
         c = self.coords(r)
         if kind == "ep":
-            return tuple(self._rank_ep(c, e, c["edp"]) for e in range(self.layout.ep))
+            return tuple(self._rank_expert(c["pp"], c["etp"], e, c["edp"])
+                         for e in range(self.layout.ep))
+        if kind == "etp":
+            return tuple(self._rank_expert(c["pp"], t, c["ep"], c["edp"])
+                         for t in range(self.layout.etp))
         if kind not in DIMS:
-            raise ConfigError(f"unknown group kind {kind!r}; valid: tp, cp, ep, dp, pp")
+            raise ConfigError(f"unknown group kind {kind!r}; valid: tp, cp, etp, ep, dp, pp")
         return tuple(self.rank(**{**{d: c[d] for d in DIMS}, kind: i})
                      for i in range(self._size[kind]))
 
@@ -120,10 +133,12 @@ class Placement:
     @property
     def replica_unit(self) -> int:
         """The fewest consecutive data-parallel indices that hold whole expert groups: 1 when
-        ``ep`` divides ``cp`` (every expert group inside one replica), else
-        ``ep / gcd(ep, cp)`` (an expert group of 4 over cp 1 spans 4 replicas)."""
+        ``expert_tp x ep`` divides ``tp x cp`` (every expert group inside one replica), else
+        ``expert_tp x ep / gcd(expert_tp x ep, tp x cp)`` (with ``expert_tp = tp``, an expert
+        group of 4 over cp 1 spans 4 replicas)."""
         lay = self.layout
-        return lay.ep // math.gcd(lay.ep, lay.cp)
+        span = lay.etp * lay.ep
+        return span // math.gcd(span, lay.tp * lay.cp)
 
     def shifted(self, r: int, dp_steps: int) -> int:
         """Rank ``r`` moved ``dp_steps`` data-parallel indices on (cyclically): the same
@@ -138,9 +153,18 @@ def _check_degrees(layout: Layout) -> None:
         v = getattr(layout, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
-    if (layout.cp * layout.dp) % layout.ep:
-        raise ConfigError(f"--ep {layout.ep} must divide cp x dp = {layout.cp * layout.dp} "
-                          f"(experts are spread over the data- and context-parallel ranks)")
+    etp = layout.etp
+    if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1 or layout.tp % etp:
+        raise ConfigError(f"--expert-tp must be a positive divisor of tp = {layout.tp}, "
+                          f"got {etp!r}")
+    if (layout.tp * layout.cp * layout.dp) % (etp * layout.ep):
+        if etp == layout.tp:
+            raise ConfigError(f"--ep {layout.ep} must divide cp x dp = "
+                              f"{layout.cp * layout.dp} (experts are spread over the data- "
+                              f"and context-parallel ranks)")
+        raise ConfigError(f"--expert-tp {etp} x --ep {layout.ep} must divide tp x cp x dp = "
+                          f"{layout.tp * layout.cp * layout.dp} (the expert layers regroup a "
+                          f"stage's ranks)")
 
 
 def place(graph: nx.DiGraph, layout: Layout) -> Placement:

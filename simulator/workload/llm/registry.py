@@ -22,6 +22,15 @@ Sources (shapes copied from the tables named in each ``source``):
   released ``config.json`` of deepseek-moe-16b-base (28 layers, hidden 2048, 16 heads, first
   layer dense with FFN 10944, then 64 routed experts of 1408 with top-6 plus 2 shared experts,
   vocabulary 102400, 4096 context): "16.4B total parameters", 2.8B activated.
+* Qwen3 MoE (``qwen3-30b-a3b``, ``qwen3-235b-a22b``): Qwen Team 2025, "Qwen3 Technical Report"
+  (arXiv 2505.09388), Table 2 (layers 48 / 94, query / key-value heads 32/4 and 64/4, 128 experts
+  of which 8 are activated, no shared experts; 30.5B / 235B total parameters), and the shapes
+  Megatron-Bridge trains them with (NVIDIA-NeMo/Megatron-Bridge
+  ``src/megatron/bridge/models/qwen/qwen_provider.py`` @07d0d14a, ``Qwen3MoEModelProvider30B_A3B``
+  and ``..235B_A22B``: hidden 2048 / 4096, ``kv_channels`` 128 (so the query width 4096 / 8192
+  is not the hidden size), ``moe_ffn_hidden_size`` 768 / 1536, vocabulary 151,936, untied
+  output layer, RMSNorm, SwiGLU, RoPE, no biases; QK-norm, an RMSNorm per head on the queries
+  and keys, is not counted: ``2 x 128`` parameters a layer and elementwise work only).
 * Megatron GPT (``megatron-gpt-*``): Narayanan et al. SC 2021 (arXiv 2104.04473), Table 1
   (layers, hidden, heads; vocabulary 51,200, sequence 2,048) - the rows of
   ``train_llm_megatron_a100_v100.csv``. Megatron GPT-2 (``megatron-gpt2-*``): NVIDIA/Megatron-LM
@@ -42,6 +51,8 @@ _GPT3 = "Brown et al. 2020, 'Language Models are Few-Shot Learners', Table 2.1"
 _LLAMA2 = ("Touvron et al. 2023, 'Llama 2', Table 1 / Section 2.2, and Meta's released "
            "params.json")
 _LLAMA3 = "Llama Team 2024, 'The Llama 3 Herd of Models' (arXiv 2407.21783), Table 3"
+_QWEN3 = ("Qwen Team 2025, 'Qwen3 Technical Report' (arXiv 2505.09388), Table 2; shapes of "
+          "Megatron-Bridge qwen_provider.py @07d0d14a (Qwen3MoEModelProvider30B_A3B / 235B_A22B)")
 _NARAYANAN = "Narayanan et al. SC21 (arXiv 2104.04473), Table 1"
 _MEGATRON_2020 = "NVIDIA/Megatron-LM README 2020-09 (commit 5281919), weak-scaling table"
 
@@ -102,6 +113,16 @@ def _rows():
         published_params=16.4e9,
         source="Dai et al. 2024, 'DeepSeekMoE' (arXiv 2401.06066), Section 5.1, and "
                "deepseek-moe-16b-base config.json; 16.4B total, 2.8B activated")
+
+    for name, layers, hidden, heads, expert_ffn, published in (
+            ("qwen3-30b-a3b", 48, 2048, 32, 768, 30.5e9),
+            ("qwen3-235b-a22b", 94, 4096, 64, 1536, 235e9)):
+        yield TransformerConfig(
+            name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=4, head_dim=128,
+            ffn_hidden=expert_ffn, vocab=151_936, seq_len=4096, ffn_kind="swiglu",
+            tied_embeddings=False, positions="rope", norm="rmsnorm", bias=False,
+            moe=MoEConfig(experts=128, top_k=8, expert_ffn_hidden=expert_ffn),
+            published_params=published, source=_QWEN3)
 
     for params_b, layers, hidden, heads in (
             (1.7, 24, 2304, 24), (3.6, 30, 3072, 32), (7.5, 36, 4096, 32),

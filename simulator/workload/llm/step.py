@@ -717,6 +717,9 @@ def representative_ok(graph: nx.DiGraph, pl: Placement, coster: GroupCoster,
         return False, "tp 1: every rank is simulated"
     if not tp_duration:
         return False, "tensor-parallel groups run as flows"
+    if lay.ep > 1 and lay.etp < lay.tp:
+        return False, (f"expert groups span tensor-parallel ranks (expert_tp {lay.etp} < tp "
+                       f"{lay.tp}): every rank is simulated")
     from ...topology.routing import Router
 
     router = Router(graph)
