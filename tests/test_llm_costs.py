@@ -277,6 +277,25 @@ def test_expert_tp_1_keeps_tensor_collectives_out_of_the_experts():
         step_work(MIXTRAL, dataclasses.replace(folded, expert_tp=3), "h100-sxm5-80gb")
 
 
+def test_a_sliding_window_prices_each_querys_window_not_the_sequence():
+    """A windowed layer's fused attention does the work of each query's keys (positions before
+    the window see fewer: 2 - 2·1/(2·4) = 1.75 keys on average for s = 4, w = 2); on GPT-OSS
+    the windowed layers' attention takes a small fraction of the full layers' time."""
+    from simulator.workload.llm.compute import attention, window_keys
+
+    assert window_keys(4, 2) == 1.75 and window_keys(4096, 8192) == pytest.approx(2048.5)
+    full = attention(1, 64, 8, 4096, 4096, 64)
+    band = attention(1, 64, 8, 4096, 4096, 64, window=128)
+    assert band.flops == pytest.approx(4.0 * 4096 * window_keys(4096, 128) * 64 * 64)
+    assert band.flops < full.flops / 16 and band.bytes == full.bytes    # 126 keys vs 2048
+    oss = get_llm_model("gpt-oss-120b")
+    chunk = step_work(oss, Layout(ep=8, dp=8, global_batch=8), "h100-sxm5-80gb").chunks[(0, 0)]
+    core = {o.name: o for o in chunk.forward if o.name.endswith(".attn.core")}
+    # a banded layer is bound by reading Q, K, V and writing O, not by its FLOPs
+    assert core["l0.attn.core"].compute_s < core["l1.attn.core"].compute_s / 5
+    assert core["l0.attn.core"].flops == pytest.approx(4.0 * 4096 * 128 * 64 * 64)
+
+
 def test_recompute_adds_forward_ops_to_backward():
     plain = step_work(GPT, Layout(), "a100-sxm4-80gb").chunks[(0, 0)]
     full = step_work(GPT, Layout(recompute="full"), "a100-sxm4-80gb").chunks[(0, 0)]
@@ -366,6 +385,8 @@ def test_fp8_leaves_the_output_layer_in_bf16():
                           recompute="selective", precision="fp8")),
     # MoE with a leading dense layer: two kinds of layers in one chunk
     ("mixtral-8x7b", Layout(tp=2, ep=4, dp=4, pp=2, global_batch=16, sequence_parallel=True)),
+    # windowed and full attention alternating: two kinds of layers again
+    ("gpt-oss-120b", Layout(ep=8, dp=8, pp=2, global_batch=16, recompute="selective")),
 ])
 def test_layer_copies_equal_layers_built_one_by_one(model, layout):
     """step_work builds one layer of each kind and renames copies for the others: every op of
@@ -387,5 +408,5 @@ def test_layer_copies_equal_layers_built_one_by_one(model, layout):
         bwd = [op for i in reversed(layers) for op in costs._layer_backward(fresh, i)]
         assert [op for op in chunk.forward if op.name.startswith("l")] == fwd
         assert [op for op in chunk.backward if op.name.startswith("l")] == bwd
-        kinds |= {cfg.is_moe_layer(i) for i in layers}
-    assert len(kinds) == (2 if model == "mixtral-8x7b" else 1)
+        kinds |= {(cfg.is_moe_layer(i), cfg.attention_window(i)) for i in layers}
+    assert len(kinds) == (2 if model in ("mixtral-8x7b", "gpt-oss-120b") else 1)

@@ -1,6 +1,7 @@
 """The transformer model layer: parameter counts, FLOPs, activation and memory formulas."""
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,22 @@ def test_moe_active_parameters():
     assert get_llm_model("qwen3-30b-a3b").active_params == pytest.approx(3.3e9, rel=0.03)
     assert get_llm_model("qwen3-235b-a22b").active_params == pytest.approx(22e9, rel=0.03)
     assert get_llm_model("qwen3-30b-a3b").q_dim == 4096 != get_llm_model("qwen3-30b-a3b").hidden
+    # gpt-oss model card (arXiv 2508.10925): 5.13B active, counted without the unembedding
+    oss = get_llm_model("gpt-oss-120b")
+    assert oss.active_params - oss.vocab * oss.hidden == pytest.approx(5.13e9, rel=0.01)
+
+
+def test_gpt_oss_alternates_windowed_and_full_attention():
+    """transformers' GptOssConfig: layer_types[i] = sliding when (i + 1) % 2, window 128; a
+    windowed layer's scores count each query's 128 keys, not the whole sequence."""
+    oss = get_llm_model("gpt-oss-120b")
+    assert [oss.attention_window(i) for i in range(4)] == [128, None, 128, None]
+    full, windowed = layer_forward_flops(oss, 1, 1), layer_forward_flops(oss, 1, 0)
+    assert windowed.scores == 2 * 4096 * 128 * 4096 and full.scores == 2 * 4096 * 4096 * 4096
+    assert full.qkv == windowed.qkv and full.experts_fc1 == windowed.experts_fc1
+    assert all(get_llm_model("llama3-8b").attention_window(i) is None for i in range(32))
+    with pytest.raises(ConfigError, match="sliding_window must be a positive integer"):
+        dataclasses.replace(oss, sliding_window=0)
 
 
 def test_unknown_model_lists_valid_names():

@@ -109,7 +109,7 @@ def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp
             assert now.loc[case, column] == pytest.approx(before.loc[case, column], abs=0.0015)
     assert now.loc["megatron", "kind"] == "llm" and now.loc["nvdle-dgx1", "kind"] == "training"
     assert now.loc["nvidia-llm-h100", "points"] == 10 and now.loc["nvidia-llm-b200", "points"] == 2
-    assert now.loc["nvidia-moe-h100", "points"] == 1 and now.loc["nvidia-moe-h100", "kind"] == "llm"
+    assert now.loc["nvidia-moe-h100", "points"] == 2 and now.loc["nvidia-moe-h100", "kind"] == "llm"
 
 
 def test_a_case_gives_what_compare_gives_and_the_means_weigh_cases_alike(tmp_path, capsys):

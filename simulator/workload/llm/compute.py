@@ -71,6 +71,7 @@ from simulator.workload.compute import device_efficiency
 __all__ = [
     "EXTRA_PEAKS", "GPU_RATES", "GpuRates", "Kernel", "KernelTable", "GEMM_TILE",
     "peak_flops", "check_precision", "gpu_rates", "resolve_device", "gemm", "attention",
+    "window_keys",
     "roofline_time",
     "elementwise", "adam", "kernel_time", "gemm_shape_factor", "ADAM_BYTES_PER_PARAM",
     "ADAM_UNSCALE_BYTES_PER_PARAM", "TRAINING_GEMM_EFFICIENCY", "EFFICIENCY_ALIASES",
@@ -267,17 +268,30 @@ def gemm(m: int, n: int, k: int, precision: str = "bf16") -> Kernel:
                   "gemm", precision, (m, n, k))
 
 
+def window_keys(s_kv: int, window: int) -> float:
+    """Keys per query, on average, of causal attention limited to ``window`` keys over a
+    sequence of ``s_kv``: position ``p`` sees ``min(p + 1, window)`` keys."""
+    w = min(window, s_kv)
+    return w - w * (w - 1) / (2.0 * s_kv)
+
+
 def attention(batch: int, heads: int, kv_heads: int, s_q: int, s_kv: int, head_dim: int,
-              backward: bool = False, causal: bool = True) -> Kernel:
+              backward: bool = False, causal: bool = True, window: int | None = None) -> Kernel:
     """Fused attention over ``batch x heads`` of ``s_q`` queries and ``s_kv`` keys. Work FLOPs in
-    the FlashAttention convention (module notes); bytes: Q, K, V, O (and their gradients)."""
-    f = 4.0 * batch * s_q * s_kv * heads * head_dim / (2 if causal else 1)
+    the FlashAttention convention (module notes): the causal half of ``s_q x s_kv``, or with a
+    sliding ``window`` (FlashAttention's ``window_size``, local attention) the keys each query
+    sees (:func:`window_keys`), at the same achievable rate; bytes: Q, K, V, O (and their
+    gradients)."""
+    if window is not None:
+        f = 4.0 * batch * s_q * window_keys(s_kv, window) * heads * head_dim
+    else:
+        f = 4.0 * batch * s_q * s_kv * heads * head_dim / (2 if causal else 1)
     qo = batch * s_q * heads * head_dim * 2
     kv = batch * s_kv * kv_heads * head_dim * 2
     nbytes = (2 * qo + 2 * kv) * (2.5 if backward else 1.0)
     op = "attention_bwd" if backward else "attention_fwd"
     shape = (f"b={batch},heads={heads},kv_heads={kv_heads},sq={s_q},skv={s_kv},d={head_dim},"
-             f"causal={int(causal)}")
+             f"causal={int(causal)}" + (f",window={window}" if window is not None else ""))
     return Kernel(op, shape, 2.5 * f if backward else f, nbytes, op, "bf16")
 
 

@@ -111,7 +111,7 @@ class _Ctx:
         self.h = m.hidden
         self.precision = lay.precision
         self._times: dict = {}      # every layer of a chunk asks for the same kernels
-        self.layer_ops: dict = {}   # (F/B, MoE layer) -> (layer, its ops): see _layer_ops
+        self.layer_ops: dict = {}   # (F/B, MoE layer, window) -> (layer, its ops): _layer_ops
 
     # ---------------------------------------------------------------- op builders
     def time(self, kernel: Kernel) -> float:
@@ -176,14 +176,19 @@ def _bwd_gemm(ctx: _Ctx, name: str, m: int, n: int, k: int, kind: str = "gemm",
 # One layer
 # ------------------------------------------------------------------------------------------
 
-def _attention_core(ctx: _Ctx, p: str, backward: bool, kind: str | None = None) -> list[Op]:
+def _attention_core(ctx: _Ctx, p: str, backward: bool, kind: str | None = None,
+                    window: int | None = None) -> list[Op]:
+    """The attention core of one layer; ``window``: its sliding window (None: full causal).
+    Unfused attention computes the whole score matrix and masks it, window or not."""
     m = ctx.model
     heads = m.heads // ctx.tp
     kvh = max(1, m.kv_heads // ctx.tp)
     s_q = ctx.s // ctx.cp
-    model_flops = 4.0 * ctx.b * s_q * ctx.s * heads * m.head_dim
+    keys = ctx.s if window is None else min(window, ctx.s)
+    model_flops = 4.0 * ctx.b * s_q * keys * heads * m.head_dim
     if ctx.flash:
-        kern = attention(ctx.b, heads, kvh, s_q, ctx.s, m.head_dim, backward=backward)
+        kern = attention(ctx.b, heads, kvh, s_q, ctx.s, m.head_dim, backward=backward,
+                         window=window)
         f = model_flops * (2 if backward else 1)
         return [Op(p + (".attn.core.bwd" if backward else ".attn.core"), kind or "attention",
                    ctx.time(kern), None, f)]
@@ -225,7 +230,8 @@ def _layer_forward(ctx: _Ctx, i: int, recompute: bool = False) -> list[Op]:
     ops.append(ctx.gemm(p + ".attn.qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h, gk))
     ops += ctx.comm(p + ".attn.cp.allgather", "cp", "allgather",
                     ctx.b * ctx.s * 2 * max(m.kv_dim // tp, m.head_dim) * _B)
-    ops += _attention_core(ctx, p, False, "recompute" if recompute else None)
+    ops += _attention_core(ctx, p, False, "recompute" if recompute else None,
+                           m.attention_window(i))
     ops += _fp8_cast(ctx, p + ".attn.proj", T * m.q_dim // tp, ek)
     ops.append(ctx.gemm(p + ".attn.proj", T, h, m.q_dim // tp, gk))
     ops += _tp_out(ctx, p + ".attn")
@@ -344,8 +350,9 @@ def _layer_backward(ctx: _Ctx, i: int) -> list[Op]:
     ops += _fp8_cast(ctx, p + ".attn.proj.grad", T * h, "elementwise")
     ops += _bwd_gemm(ctx, p + ".attn.proj", T, h, m.q_dim // tp)
     if ctx.layout.recompute == "selective":
-        ops += _attention_core(ctx, p + ".recompute", False, "recompute")
-    ops += _attention_core(ctx, p, True)
+        ops += _attention_core(ctx, p + ".recompute", False, "recompute",
+                               m.attention_window(i))
+    ops += _attention_core(ctx, p, True, window=m.attention_window(i))
     ops += ctx.comm(p + ".attn.cp.reducescatter", "cp", "reducescatter",
                     ctx.b * ctx.s * 2 * max(m.kv_dim // tp, m.head_dim) * _B)
     if ctx.sp:
@@ -435,11 +442,11 @@ def _head_backward(ctx: _Ctx) -> list[Op]:
 # ------------------------------------------------------------------------------------------
 
 def _layer_ops(ctx: _Ctx, kind: str, i: int) -> list[Op]:
-    """Layer ``i``'s forward (``"F"``) or backward ops. Layers of one kind (dense or MoE) have
-    the same ops but for the ``l{i}.`` at the start of every name: the first one is built, the
+    """Layer ``i``'s forward (``"F"``) or backward ops. Layers of one kind (dense or MoE, full or
+    windowed attention) have the same ops but for the ``l{i}.`` at the start of every name: the first one is built, the
     others are copies renamed (what building them would give, for a fraction of the time)."""
     build = _layer_forward if kind == "F" else _layer_backward
-    key = (kind, ctx.model.is_moe_layer(i))
+    key = (kind, ctx.model.is_moe_layer(i), ctx.model.attention_window(i))
     found = ctx.layer_ops.get(key)
     if found is None:
         ops = build(ctx, i)

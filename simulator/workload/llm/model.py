@@ -103,6 +103,11 @@ class TransformerConfig:
     ``seq_len x h`` table (GPT-2/3), ``"rope"`` none. ``norm``: ``"layernorm"`` (weight + bias) or
     ``"rmsnorm"`` (weight). ``bias``: linear layers have biases (GPT) or not (Llama).
     ``published_params``: the count the source quotes, for the tests.
+    ``sliding_window``: the keys a query of a windowed layer sees (its own and the ``w - 1``
+    before it; Beltagy et al. 2020's local attention, GPT-OSS's alternating banded layers), None
+    for full causal attention everywhere; ``full_attention_every``: with a window, every
+    ``k``-th layer (1-based) attends fully (Megatron-Core's ``window_attn_skip_freq``; GPT-OSS:
+    2, layers 0, 2, 4, ... windowed), None: every layer windowed.
     """
 
     name: str
@@ -122,6 +127,8 @@ class TransformerConfig:
     moe: MoEConfig | None = None
     published_params: float | None = None
     source: str = ""
+    sliding_window: int | None = None
+    full_attention_every: int | None = None
 
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
@@ -146,6 +153,22 @@ class TransformerConfig:
             raise ConfigError(f"model {self.name!r}: positions must be 'learned' or 'rope'")
         if self.norm not in ("layernorm", "rmsnorm"):
             raise ConfigError(f"model {self.name!r}: norm must be 'layernorm' or 'rmsnorm'")
+        for name in ("sliding_window", "full_attention_every"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError(f"model {self.name!r}: {name} must be a positive integer or "
+                                  f"None, not {value!r}")
+
+    def attention_window(self, index: int) -> int | None:
+        """The window of layer ``index``'s attention (keys per query at most), None for full
+        causal attention."""
+        if self.sliding_window is None:
+            return None
+        k = self.full_attention_every
+        if k is not None and (index + 1) % k == 0:
+            return None
+        return self.sliding_window
 
     # ---------------------------------------------------------------- shapes
     @property
@@ -294,13 +317,15 @@ def layer_forward_flops(cfg: TransformerConfig, micro_batch: int, index: int = 0
                         seq_len: int | None = None) -> LayerFlops:
     """Forward FLOPs of layer ``index`` for ``micro_batch`` sequences (Narayanan et al. 2021's
     per-op counting, generalised). Attention scores count the full ``s x s`` matrix (no causal
-    discount), as equation (3) does."""
+    discount), as equation (3) does; a windowed layer's ``s x w`` (each query's ``w`` keys)."""
     s = seq_len or cfg.seq_len
     t = micro_batch * s
     h = cfg.hidden
+    window = cfg.attention_window(index)
+    keys = s if window is None else min(window, s)
     qkv = 2 * t * h * (cfg.q_dim + 2 * cfg.kv_dim)
-    scores = 2 * t * s * cfg.q_dim          # heads x (s x d) @ (d x s)
-    attn_v = 2 * t * s * cfg.q_dim
+    scores = 2 * t * keys * cfg.q_dim       # heads x (s x d) @ (d x keys)
+    attn_v = 2 * t * keys * cfg.q_dim
     proj = 2 * t * cfg.q_dim * h
     if not cfg.is_moe_layer(index):
         f = cfg.ffn_hidden

@@ -31,6 +31,15 @@ Sources (shapes copied from the tables named in each ``source``):
   is not the hidden size), ``moe_ffn_hidden_size`` 768 / 1536, vocabulary 151,936, untied
   output layer, RMSNorm, SwiGLU, RoPE, no biases; QK-norm, an RMSNorm per head on the queries
   and keys, is not counted: ``2 x 128`` parameters a layer and elementwise work only).
+* GPT-OSS 120B (``gpt-oss-120b``): OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" (arXiv
+  2508.10925: 116.8B total, 5.1B active parameters; "alternating dense and locally banded sparse
+  attention patterns") and the configuration huggingface/transformers
+  ``src/transformers/models/gpt_oss/configuration_gpt_oss.py`` (@02b8f42b) gives as the 120B
+  defaults: 36 layers, hidden 2880, 64 query / 8 key-value heads of 64 (query width 4096), 128
+  experts of 2880 with top-4, SwiGLU (clamped), vocabulary 201,088, untied, RMSNorm, attention
+  and expert biases, sliding window 128 on layers 0, 2, 4, ... (``layer_types``: sliding when
+  ``(i + 1) % 2``), full attention on the others. Its learned attention sinks (one logit per
+  head) and router bias are not counted.
 * Megatron GPT (``megatron-gpt-*``): Narayanan et al. SC 2021 (arXiv 2104.04473), Table 1
   (layers, hidden, heads; vocabulary 51,200, sequence 2,048) - the rows of
   ``train_llm_megatron_a100_v100.csv``. Megatron GPT-2 (``megatron-gpt2-*``): NVIDIA/Megatron-LM
@@ -123,6 +132,15 @@ def _rows():
             tied_embeddings=False, positions="rope", norm="rmsnorm", bias=False,
             moe=MoEConfig(experts=128, top_k=8, expert_ffn_hidden=expert_ffn),
             published_params=published, source=_QWEN3)
+
+    yield TransformerConfig(
+        name="gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64,
+        ffn_hidden=2880, vocab=201_088, seq_len=4096, ffn_kind="swiglu", tied_embeddings=False,
+        positions="rope", norm="rmsnorm", bias=True,
+        moe=MoEConfig(experts=128, top_k=4, expert_ffn_hidden=2880),
+        sliding_window=128, full_attention_every=2, published_params=116.8e9,
+        source="OpenAI 2025, gpt-oss model card (arXiv 2508.10925): 116.8B total, 5.1B active; "
+               "shapes of huggingface/transformers configuration_gpt_oss.py @02b8f42b")
 
     for params_b, layers, hidden, heads in (
             (1.7, 24, 2304, 24), (3.6, 30, 3072, 32), (7.5, 36, 4096, 32),
