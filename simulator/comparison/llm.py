@@ -45,8 +45,7 @@ __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp", "pp",
                      "dp", "virtual_stages", "micro_batch", "global_batch", "recompute",
-                     "precision",
-                     "metric", "measured", "simulated", "error_pct", "step_time_s",
+                     "precision", "metric", "measured", "simulated", "error_pct", "step_time_s",
                      "hardware_tflops_per_gpu", "mfu_pct", "compute_s", "exposed_tp_s",
                      "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology", "assumed",
                      "skipped")
@@ -198,7 +197,6 @@ def _memory_note(model, layout, graph) -> list[str]:
 def _largest_micro_batch(model, layout, graph):
     """Without a stated micro-batch: the largest that divides the replica's batch and fits in
     memory (how a Megatron-LM user picks it), at most the default of :func:`row_layout`."""
-
     from ..topology import endpoints
     from ..topology.devices import get_device
     from ..workload.llm.memory import memory_per_gpu

@@ -34,9 +34,8 @@ LLM_MEASURED = ("measured_tflops_per_gpu", "measured_mfu_pct", "measured_step_ti
 #: Integer columns (blank: not stated).
 LLM_INTEGER_COLUMNS = ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "gpus",
                        "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "expert_tp",
-                       "virtual_stages",
-                       "micro_batch", "global_batch", "zero_stage", "kv_heads", "experts",
-                       "top_k")
+                       "virtual_stages", "micro_batch", "global_batch", "zero_stage", "kv_heads",
+                       "experts", "top_k")
 _FLOAT_COLUMNS = ("params_b",) + LLM_MEASURED
 _REQUIRED = ("model", "gpus", "tp")
 

@@ -443,8 +443,9 @@ def _head_backward(ctx: _Ctx) -> list[Op]:
 
 def _layer_ops(ctx: _Ctx, kind: str, i: int) -> list[Op]:
     """Layer ``i``'s forward (``"F"``) or backward ops. Layers of one kind (dense or MoE, full or
-    windowed attention) have the same ops but for the ``l{i}.`` at the start of every name: the first one is built, the
-    others are copies renamed (what building them would give, for a fraction of the time)."""
+    windowed attention) have the same ops but for the ``l{i}.`` at the start of every name: the
+    first one is built, the others are copies renamed (what building them would give, for a
+    fraction of the time)."""
     build = _layer_forward if kind == "F" else _layer_backward
     key = (kind, ctx.model.is_moe_layer(i), ctx.model.attention_window(i))
     found = ctx.layer_ops.get(key)
@@ -519,8 +520,9 @@ def step_work(model: TransformerConfig, layout: Layout, device, *,
     notes = [
         "context parallelism modelled as all-gather of K,V per layer (Llama 3 style); "
         "Megatron's default ring overlaps its cp-1 steps with attention",
-        (f"expert tensor parallelism = {layout.etp}"
-         + (" = tp (Megatron's default)" if layout.expert_tp is None else "")
+        ("expert tensor parallelism = "
+         + (f"tp = {layout.etp} (Megatron's default)" if layout.expert_tp is None
+            else str(layout.etp))
          + "; grad_bytes lumps expert gradients, which reduce over the expert-data-parallel "
            f"group of {layout.edp} rank{'s' if layout.edp != 1 else ''}"),
         f"gradients reduced in {'fp32' if main_grad_bytes(layout) == 4 else '16-bit'} "

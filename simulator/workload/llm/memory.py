@@ -4,9 +4,9 @@ Per pipeline stage (the stage with the most memory is what must fit), bytes per 
 
 * **Model states** (weights, gradients, optimizer states) of the stage's parameters on this
   rank: dense parameters ``/tp``, routed experts ``/(ep x expert_tp)`` (expert tensor
-  parallelism defaults to ``tp`` in Megatron-LM's ``model_parallel_config.py``), embeddings on the first
-  stage and the output layer on the last (with tied embeddings and ``pp > 1`` the last stage
-  keeps its own copy, as Megatron does). Bytes per parameter:
+  parallelism defaults to ``tp`` in Megatron-LM's ``model_parallel_config.py``), embeddings on
+  the first stage and the output layer on the last (with tied embeddings and ``pp > 1`` the
+  last stage keeps its own copy, as Megatron does). Bytes per parameter:
 
   - Megatron without the distributed optimizer (ZeRO stage 0): 18 for bf16 (2 bf16 weight, 4
     fp32 main gradient, 4 fp32 main weight, 4 + 4 Adam moments), 20 for fp16 (2 + 2 fp16

@@ -55,9 +55,8 @@ class Placement:
 
     ``coords(r)`` gives ``{"tp", "cp", "dp", "pp", "etp", "ep", "edp"}`` indices of rank ``r``;
     ``groups(kind)`` lists every group of ``kind`` (``tp``, ``cp``, ``etp``, ``ep``, ``dp``,
-    ``pp``) as
-    a tuple of global ranks (ordered by the group's own index); ``group_of(kind, r)`` the group
-    containing ``r``; ``node[r]`` the topology endpoint of rank ``r``.
+    ``pp``) as a tuple of global ranks (ordered by the group's own index); ``group_of(kind, r)``
+    the group containing ``r``; ``node[r]`` the topology endpoint of rank ``r``.
     """
 
     layout: Layout
