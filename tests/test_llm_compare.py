@@ -49,6 +49,24 @@ def test_a_column_stated_on_some_rows_only_reads_as_integers_and_blanks(tmp_path
     assert str(frame["micro_batch"].dtype) == "Int64"
 
 
+def test_a_row_states_where_its_gradients_are_reduced():
+    """Megatron-Bridge's MoE recipes set grad_reduce_in_fp32 = False: the table's main_grads
+    column says bf16, the layout carries it (half the data-parallel bytes of fp32), a blank
+    keeps Megatron's default, and a value that is no precision is refused by name."""
+    from simulator.workload.llm.layout import main_grad_bytes
+
+    moe = read_llm_table(DATA / "train_llm_nvidia_dgxb200_moe.csv")
+    layout, _ = row_layout(moe.iloc[0])
+    assert layout.main_grads == "bf16" and main_grad_bytes(layout) == 2
+    assert (layout.ep, layout.expert_tp, layout.zero_stage) == (8, 1, 1)
+    row = moe.iloc[0].copy()
+    row["main_grads"] = ""
+    assert row_layout(row)[0].main_grads == "auto" and main_grad_bytes(row_layout(row)[0]) == 4
+    row["main_grads"] = "fp64"
+    with pytest.raises(ConfigError, match="main_grads 'fp64': expected one of auto, fp32"):
+        row_layout(row)
+
+
 def test_a_row_without_a_measurement_is_refused_naming_the_line(tmp_path):
     path = _write(tmp_path, "x,src,GPT 1.7B,24,2304,24,,51200,2048,32,A100,1,1,32,,512,,,,")
     with pytest.raises(ConfigError, match=r"llm.csv:2: no measured value"):

@@ -9,6 +9,8 @@ the defaults below, and every default taken is listed in the row's ``assumed`` c
 comparison says what it guessed:
 
 * ``pp``, ``cp``, ``ep``, ``virtual_stages``: 1; ``dp``: gpus / (tp x cp x pp);
+  ``main_grads`` (gradients accumulated and reduced in fp32, bf16 or fp16: Megatron's
+  ``grad_reduce_in_fp32``): ``auto``, Megatron-LM's default for the precision;
   ``expert_tp``: ``tp`` (Megatron's default); an MoE row with ``tp > 1`` runs with sequence
   parallelism (Megatron-Core refuses MoE with tensor parallelism without it), listed in
   ``assumed``;
@@ -98,6 +100,19 @@ def _recompute(text) -> str:
     raise ConfigError(f"activation_recompute {text!r}: expected none, selective or full")
 
 
+def _main_grads(text) -> str:
+    """The row's ``main_grads`` (the precision gradients are accumulated and reduced in:
+    Megatron's ``grad_reduce_in_fp32``), ``auto`` when blank."""
+    from ..workload.llm.layout import MAIN_GRADS
+
+    if text is None:
+        return "auto"
+    value = str(text).strip().lower()
+    if value not in MAIN_GRADS:
+        raise ConfigError(f"main_grads {text!r}: expected one of {', '.join(MAIN_GRADS)}")
+    return value
+
+
 #: FlashAttention's first release (Dao et al., "FlashAttention: Fast and Memory-Efficient Exact
 #: Attention with IO-Awareness", arXiv 2205.14135, May 2022): a run published before it ran
 #: attention unfused (softmax and masking as separate memory-bound kernels).
@@ -166,6 +181,7 @@ def row_layout(row):
         recompute = "full"
     else:
         recompute = _recompute(recompute)
+    main_grads = _main_grads(_cell(row, "main_grads"))
     precision = _cell(row, "precision")
     precision = "bf16" if precision is None else _precision(precision)
     if _cell(row, "precision") is None:
@@ -175,7 +191,7 @@ def row_layout(row):
                     pipeline="interleaved" if virtual > 1 else "1f1b",
                     sequence_parallel=False, zero_stage=zero,
                     distributed_optimizer=False, recompute=recompute, precision=precision,
-                    attention=_attention(row, assumed),
+                    attention=_attention(row, assumed), main_grads=main_grads,
                     expert_tp=None if expert_tp is None else int(expert_tp))
     return layout, assumed
 
