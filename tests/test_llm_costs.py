@@ -1,6 +1,5 @@
 """Kernel times, layout refusals and the StepWork built for hybrid-parallel layouts."""
 
-import dataclasses
 import collections
 from dataclasses import replace
 
@@ -247,12 +246,12 @@ def test_expert_tp_1_keeps_tensor_collectives_out_of_the_experts():
     """MoE parallel folding: with expert_tp 1 under tp 2 the experts run whole on each rank
     (no all-gather / reduce-scatter around them), on the rank's own T/tp routed copies, with
     full-width GEMMs; the FLOPs of the step do not change, the expert parameters per rank are
-    those of ep experts, not ep x tp, and the optimizer shards them over the larger
-    expert-data-parallel group."""
+    those of ep experts, not ep x tp, and the expert-data-parallel group the optimizer shards
+    them over is tp x cp x dp / (expert_tp x ep) ranks."""
     from simulator.workload.llm.memory import chunk_params
 
     folded = Layout(tp=2, ep=8, dp=4, global_batch=4, sequence_parallel=True, expert_tp=1)
-    default = dataclasses.replace(folded, ep=4, expert_tp=None)
+    default = replace(folded, ep=4, expert_tp=None)
     fc, dc = (step_work(MIXTRAL, lay, "h100-sxm5-80gb").chunks[(0, 0)]
               for lay in (folded, default))
     moe = lambda chunk, kind: [o for o in chunk.forward + chunk.backward   # noqa: E731
@@ -271,10 +270,11 @@ def test_expert_tp_1_keeps_tensor_collectives_out_of_the_experts():
     per_layer = MIXTRAL.layer_expert_params(0) * MIXTRAL.layers
     assert fe == pytest.approx(per_layer / 8) and de == pytest.approx(per_layer / (4 * 2))
     assert (folded.edp, default.edp) == (1, 1)
+    assert replace(folded, ep=4).edp == 2                 # 2 x 4 ranks over 1 x 4: two replicas
     assert any("expert tensor parallelism = 1" in n for n in
                step_work(MIXTRAL, folded, "h100-sxm5-80gb").notes)
     with pytest.raises(ConfigError, match="expert_tp = 3 must divide tp = 2"):
-        step_work(MIXTRAL, dataclasses.replace(folded, expert_tp=3), "h100-sxm5-80gb")
+        step_work(MIXTRAL, replace(folded, expert_tp=3), "h100-sxm5-80gb")
 
 
 def test_a_sliding_window_prices_each_querys_window_not_the_sequence():
