@@ -97,7 +97,7 @@ def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp
     # four LLM tables, about 35 s) hold the committed numbers to the same resolution
     suite = ROOT / "docs" / "validation" / "training.yaml"
     committed = ROOT / "docs" / "validation" / "training.csv"
-    quick = ("nvdle-dgx1", "megatron", "nvidia-llm-h100", "nvidia-llm-b200", "nvidia-moe-h100")
+    quick = ("nvdle-dgx1", "megatron", "nvidia-llm-h100", "nvidia-llm-b200", "nvidia-moe-b200")
     assert main(["validate", str(suite), *[a for c in quick for a in ("--only", c)],
                  "-o", str(tmp_path / "t"), "--baseline", str(committed),
                  "--max-regression", "0.0015"]) == 0
@@ -109,7 +109,7 @@ def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp
             assert now.loc[case, column] == pytest.approx(before.loc[case, column], abs=0.0015)
     assert now.loc["megatron", "kind"] == "llm" and now.loc["nvdle-dgx1", "kind"] == "training"
     assert now.loc["nvidia-llm-h100", "points"] == 10 and now.loc["nvidia-llm-b200", "points"] == 2
-    assert now.loc["nvidia-moe-h100", "points"] == 2 and now.loc["nvidia-moe-h100", "kind"] == "llm"
+    assert now.loc["nvidia-moe-b200", "points"] == 3 and now.loc["nvidia-moe-b200", "kind"] == "llm"
 
 
 def test_a_case_gives_what_compare_gives_and_the_means_weigh_cases_alike(tmp_path, capsys):

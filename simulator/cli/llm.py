@@ -3,7 +3,10 @@
 Prints the step's row (time, tokens/s, TFLOP/s per GPU, MFU) and where the critical rank's step
 went (compute, exposed TP/CP/EP/PP/DP communication, bubble, optimizer) as tables; ``-o DIR``
 writes ``step.csv``, ``breakdown.csv`` (per simulated rank), ``traffic.csv`` and ``links.csv``;
-``--trace FILE`` a Chrome trace with one track per rank and stream.
+``--trace FILE`` a Chrome trace with one track per rank and stream. A step of many
+micro-batches is extended from three short steps once they prove a steady state
+(:mod:`simulator.workload.llm.steady`, said in a note); ``--every-micro-batch`` (or ``--trace``)
+simulates all of them.
 
 ``clustersim llm --search``: the layout search (:mod:`simulator.workload.llm.search`): every
 layout that fits memory, simulated fastest-bound first on local processes (``--workers``) or
@@ -64,6 +67,10 @@ def add_llm_parser(subparsers) -> None:
                         "is an error unless --kernels-fallback")
     p.add_argument("--kernels-fallback", action="store_true",
                    help="kernels missing from --kernels take the roofline time")
+    p.add_argument("--every-micro-batch", action="store_true",
+                   help="simulate every micro-batch of the step (default: a step of many is "
+                        "extended from three short ones once they prove a steady state; the "
+                        "same numbers to 1e-9, several times faster)")
     p.add_argument("-o", "--output", default=None, metavar="DIR",
                    help="write step.csv, breakdown.csv, traffic.csv, links.csv there "
                         "(--search: search.csv and search.png)")
@@ -158,6 +165,9 @@ def cmd_search(args) -> int:
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name} is not searched over a list: dp is GPUs / (tp x cp x pp)"
                               f" and ep is tried for MoE models; leave --{name} out with --search")
+    if getattr(args, "every_micro_batch", False):
+        raise ConfigError("--every-micro-batch is for one step; the search extends each "
+                          "layout's steady state (leave it out with --search)")
     if getattr(args, "expert_tp", None) is not None:
         raise ConfigError("--expert-tp is not searched: the search keeps Megatron's default "
                           "(expert_tp = tp); leave --expert-tp out with --search")
@@ -209,7 +219,8 @@ def cmd_llm(args) -> int:
 
         kernels = KernelTable.from_csv(args.kernels, fallback=args.kernels_fallback)
     result = simulate_step(graph, args.model, layout, library=args.library,
-                           record_trace=args.trace is not None, kernels=kernels)
+                           record_trace=args.trace is not None, kernels=kernels,
+                           extrapolate=not args.every_micro_batch)
     print(format_row(result.row))
     print()
     print(result.summary().to_string(index=False, float_format=lambda x: f"{x:.6g}"))

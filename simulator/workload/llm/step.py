@@ -58,6 +58,7 @@ device's dense FP16/BF16 peak.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ from .groups import Bundle, FlowLauncher, FoldMiss, GroupCoster, ReplicaFold
 from .layout import Layout, bucket_bytes_of
 from .placement import Placement, place
 from .schedule import stage_orders
+from .steady import TOLERANCE, Unsteady, Window, extend, windows
 from .work import StepWork
 
 __all__ = ["StepResult", "simulate_step", "STEP_COLUMNS", "BREAKDOWN_COLUMNS"]
@@ -107,6 +109,7 @@ class StepResult:
     notes: tuple = ()
     simulated_ranks: int = 0
     wall_s: float = 0.0
+    steady: Window | None = None     # the window extrapolated from (engine: its last step's)
 
     def summary(self) -> pd.DataFrame:
         """The critical rank's breakdown as (part, seconds, percent of the step)."""
@@ -708,6 +711,63 @@ def _bundle(done):
     return Bundle(done)
 
 
+@dataclass
+class _Outcome:
+    """What one simulated step reports, as the additive quantities :mod:`.steady` extends."""
+
+    step_s: float
+    ranks: list
+    stage: dict                      # rank -> pipeline stage
+    end: dict                        # rank -> its end, s
+    acc: dict                        # rank -> {part: s}
+    traffic: dict                    # group kind -> bytes on the wire (every rank's)
+    link_bytes: dict                 # (link, kind, capacity) -> bytes
+    fold_note: str
+    engine: Engine | None
+    trace_events: list | None
+    window: Window | None = None
+
+
+def _outcome(step: _Step, tp_scale: int) -> _Outcome:
+    scale = tp_scale * step.copies
+    return _Outcome(
+        step_s=max(step.end.values()), ranks=list(step.ranks),
+        stage={r: step.coord[r]["pp"] for r in step.ranks}, end=dict(step.end),
+        acc={r: dict(step.acc[r]) for r in step.ranks},
+        traffic={k: v * scale for k, v in step.flows.bytes_by_kind.items()},
+        link_bytes=_link_bytes(step.engine), fold_note=step.fold_note, engine=step.engine,
+        trace_events=step.trace_events)
+
+
+def _steady(run, micro_batches: int, stages: int, notes: list) -> _Outcome | None:
+    """The step extended from a window of three short steps (:mod:`.steady`), or None when no
+    window worth trying proves a steady state (the caller then simulates every micro-batch)."""
+    done: dict = {}
+    for win in windows(micro_batches, stages):
+        for m in win.counts:
+            if m not in done:
+                done[m] = run(m)
+        o = [done[m] for m in win.counts]
+        k = win.periods_left
+        try:
+            if len({x.fold_note for x in o}) != 1:
+                raise Unsteady("the replica fold differs between the three steps")
+            span = o[2].step_s
+            end = extend(tuple(x.end for x in o), k, span, "end")
+            acc = extend(tuple(x.acc for x in o), k, span, "breakdown")
+            traffic = extend(tuple(x.traffic for x in o), k, None, "traffic")
+            links = extend(tuple(x.link_bytes for x in o), k, None, "link bytes")
+        except Unsteady:
+            continue
+        d = o[2].step_s - o[1].step_s
+        notes.append(f"steady state: {win} micro-batches simulated, each {win.period} more "
+                     f"adding the same {d:.9g} s (to {TOLERANCE:g}); the step's "
+                     f"{micro_batches} extended from them (--every-micro-batch simulates all)")
+        return dataclasses.replace(o[2], step_s=max(end.values()), end=end, acc=acc, traffic=traffic,
+                                   link_bytes=links, window=win)
+    return None
+
+
 def representative_ok(graph: nx.DiGraph, pl: Placement, coster: GroupCoster,
                       tp_duration: bool) -> tuple[bool, str]:
     """Whether simulating tp index 0 alone is exact: TP as durations, and the network resources
@@ -748,9 +808,11 @@ def representative_ok(graph: nx.DiGraph, pl: Placement, coster: GroupCoster,
     return True, "ranks of tp index 0 simulated (tp ranks symmetric, their paths disjoint)"
 
 
-def _links(engine: Engine, span_s: float, top: int = 10) -> pd.DataFrame:
+def _link_bytes(engine: Engine) -> dict:
+    """Bytes each shared link carried: ``(name, kind, capacity) -> bytes`` (private flow caps
+    and idle links left out)."""
     net, graph = engine.network, engine.graph
-    rows = []
+    out = {}
     for i, key in enumerate(net.keys):
         if is_private(key):
             continue
@@ -758,9 +820,13 @@ def _links(engine: Engine, span_s: float, top: int = 10) -> pd.DataFrame:
         if carried <= 0:
             continue
         name, _u, _v, kind = describe_resource(graph, key)
-        cap = net.capacity[i]
-        util = carried / (cap * span_s) if span_s > 0 else 0.0
-        rows.append((name, kind, cap, carried, util))
+        out[(name, kind, net.capacity[i])] = carried
+    return out
+
+
+def _links(link_bytes: dict, span_s: float, top: int = 10) -> pd.DataFrame:
+    rows = [(name, kind, cap, carried, carried / (cap * span_s) if span_s > 0 else 0.0)
+            for (name, kind, cap), carried in link_bytes.items()]
     df = pd.DataFrame(rows, columns=["link", "kind", "capacity_bytes_per_s", "bytes",
                                      "utilisation"])
     return df.sort_values(["utilisation", "link"], ascending=[False, True]).head(top) \
@@ -786,7 +852,8 @@ def _trace(events, pl: Placement, title: str) -> dict:
 def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | None = None,
                   device=None, library="default", record_trace: bool = False, seed: int = 0,
                   kernels=None, tp_mode: str = "auto",
-                  representative: str | bool = "auto", check_fit: bool = True) -> StepResult:
+                  representative: str | bool = "auto", check_fit: bool = True,
+                  extrapolate: bool = True) -> StepResult:
     """Simulate one training step of ``model`` (a registered name or a model config) cut by
     ``layout`` on ``graph``; see the module docstring.
 
@@ -799,7 +866,9 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
     path checks (the notes say whether). ``seed`` is accepted for interface symmetry: the step
     is deterministic. ``check_fit``: refuse, in one line, a layout whose memory per GPU exceeds
     the device's (:func:`~.memory.check_memory`; the row's ``memory_gib`` is the largest
-    stage's need).
+    stage's need). ``extrapolate``: a step of many micro-batches is extended from three short
+    ones once they prove a steady state (:mod:`.steady`; ``StepResult.steady`` says which, and
+    ``engine`` is then the last short step's); False, or a trace, simulates every micro-batch.
     """
     wall = time.perf_counter()
     pl = place(graph, layout)
@@ -830,37 +899,44 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
         if representative is True and not rep:
             raise ConfigError(f"representative ranks are not exact here: {why}")
         notes.append(why)
-    step = _Step(graph, layout, work, pl, library, tp_mode, rep, record_trace,
-                 fold=bool(representative))
-    step.coster = coster
-    try:
-        step.run()
-    except FoldMiss as exc:         # a path the fold did not check: run every replica
-        step = _Step(graph, layout, work, pl, library, tp_mode, rep, record_trace)
+
+    def run(micro_batches: int) -> _Outcome:
+        w = work if micro_batches == work.micro_batches else \
+            dataclasses.replace(work, micro_batches=micro_batches)
+        step = _Step(graph, layout, w, pl, library, tp_mode, rep, record_trace,
+                     fold=bool(representative))
         step.coster = coster
-        step.fold_note = f"{exc}: every replica simulated"
-        step.run()
-    if step.fold_note:
-        notes.append(step.fold_note)
-    t = max(step.end.values())
+        try:
+            step.run()
+        except FoldMiss as exc:         # a path the fold did not check: run every replica
+            step = _Step(graph, layout, w, pl, library, tp_mode, rep, record_trace)
+            step.coster = coster
+            step.fold_note = f"{exc}: every replica simulated"
+            step.run()
+        return _outcome(step, layout.tp if rep else 1)
+
+    out = None
+    if extrapolate and not record_trace:
+        out = _steady(run, work.micro_batches, layout.pp, notes)
+    if out is None:
+        out = run(work.micro_batches)
+    if out.fold_note:
+        notes.append(out.fold_note)
+    t = out.step_s
     rows = []
-    for r in step.ranks:
-        a = step.acc[r]
-        idle = t - step.end[r]
-        rows.append({"rank": r, "stage": step.coord[r]["pp"], "node": pl.node[r], **a,
-                     "idle_s": idle, "end_s": step.end[r]})
+    for r in out.ranks:
+        idle = t - out.end[r]
+        rows.append({"rank": r, "stage": out.stage[r], "node": pl.node[r], **out.acc[r],
+                     "idle_s": idle, "end_s": out.end[r]})
     breakdown = pd.DataFrame(rows, columns=list(BREAKDOWN_COLUMNS))
     crit = breakdown.loc[breakdown["end_s"].idxmax()]
-    links = _links(step.engine, t)
+    links = _links(out.link_bytes, t)
     gpus = layout.gpus
     dev = _gpu_device(graph, device)
     peak = float(getattr(dev, "fp16_flops_per_s", 0.0) or 0.0) if dev is not None else 0.0
     mflops = float(work.model_flops_per_step)
     hflops = float(work.hardware_flops_per_step)
-    traffic_bytes = dict(step.flows.bytes_by_kind)
-    scale = (layout.tp if rep else 1) * step.copies
-    traffic = pd.DataFrame([(k, v * scale) for k, v in sorted(traffic_bytes.items())],
-                           columns=["group", "bytes"])
+    traffic = pd.DataFrame(sorted(out.traffic.items()), columns=["group", "bytes"])
     row = {
         "model": _model_name(model), "gpus": gpus, "tp": layout.tp, "cp": layout.cp,
         "ep": layout.ep, "pp": layout.pp, "dp": layout.dp,
@@ -876,7 +952,7 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
         "topology": graph.graph.get("name", ""),
         "memory_gib": memory_gib,
     }
-    trace = _trace(step.trace_events, pl, row["model"]) if record_trace else None
+    trace = _trace(out.trace_events, pl, row["model"]) if record_trace else None
     return StepResult(row=row, breakdown=breakdown, traffic=traffic, links=links, trace=trace,
-                      engine=step.engine, notes=tuple(notes), simulated_ranks=len(step.ranks),
-                      wall_s=time.perf_counter() - wall)
+                      engine=out.engine, notes=tuple(notes), simulated_ranks=len(out.ranks),
+                      wall_s=time.perf_counter() - wall, steady=out.window)

@@ -1,0 +1,156 @@
+"""Steady-state extrapolation of long steps: the extended step equals simulating every
+micro-batch, and a window that is not periodic is never extended."""
+
+import numpy as np
+import pytest
+
+import simulator.workload.llm.step as step_module
+from simulator.cli import main
+from simulator.topology import load_topology
+from simulator.workload.llm.layout import Layout
+from simulator.workload.llm.steady import TOLERANCE, Unsteady, extend, windows
+from simulator.workload.llm.step import simulate_step
+from simulator.workload.llm.work import Comm, Op
+
+from llm_work import make_work
+
+
+def dgx(nodes):
+    return load_topology("dgx-a100-2node", {"nodes": str(nodes)})
+
+
+# ---------------------------------------------------------------- windows and extend (pure)
+
+@pytest.mark.parametrize("m,stages", [(512, 8), (64, 1), (100, 4), (99, 3), (1000, 7)])
+def test_windows_are_a_period_apart_and_land_on_the_step(m, stages):
+    wins = list(windows(m, stages))
+    assert wins, "a long step offers a window"
+    spent = set()
+    for w in wins:
+        m1, m2, m3 = w.counts
+        assert m2 - m1 == m3 - m2 == w.period == stages
+        assert m3 + w.periods_left * w.period == m
+        assert m1 >= 2 * stages                       # past the pipeline's fill
+        spent |= set(w.counts)
+    assert sum(spent) <= m / 2                        # trying costs at most half the step
+    first = wins[0].counts[0]
+    assert 2 * stages <= first < 3 * stages            # the earliest window (aligned to M)
+    assert [w.counts[0] for w in wins] == list(range(first, first + len(wins) * stages, stages))
+
+
+@pytest.mark.parametrize("m,stages", [(8, 8), (40, 8), (10, 1), (7, 3)])
+def test_short_steps_offer_no_window(m, stages):
+    assert list(windows(m, stages)) == []
+
+
+def test_extend_is_the_affine_continuation():
+    a = {"x": 1.0, "r": {"c": 10.0, "z": 0.0}}
+    b = {"x": 3.0, "r": {"c": 15.0, "z": 0.0}}
+    c = {"x": 5.0, "r": {"c": 20.0, "z": 0.0}}
+    assert extend((a, b, c), 10) == {"x": 25.0, "r": {"c": 70.0, "z": 0.0}}
+
+
+def test_extend_refuses_what_is_not_periodic():
+    with pytest.raises(Unsteady, match=r"\['x'\]"):
+        extend(({"x": 1.0}, {"x": 3.0}, {"x": 5.0 + 1e-6}), 4)
+    # within the tolerance it is accepted
+    assert extend(({"x": 1.0}, {"x": 3.0}, {"x": 5.0 * (1 + TOLERANCE / 10)}), 1)["x"] \
+        == pytest.approx(7.0)
+    with pytest.raises(Unsteady, match="different keys"):
+        extend(({"x": 1.0}, {"x": 2.0}, {"x": 3.0, "y": 1.0}), 1)
+    # a time part checked against the step's span: float noise far below it passes
+    assert extend(({"x": 0.0}, {"x": 1e-17}, {"x": 0.0}), 3, scale=1.0)["x"] \
+        == pytest.approx(0.0, abs=1e-15)
+
+
+# ---------------------------------------------------------------- the step runner
+
+EP_EXTRA = (Op("moe.dispatch", "ep", comm=Comm("ep", "alltoall", 4 << 20)),
+            Op("moe.experts", "gemm", 2e-4, flops=1e11),
+            Op("moe.combine", "ep", comm=Comm("ep", "alltoall", 4 << 20)))
+
+CASES = {
+    # name: (nodes, layout, chunks per stage, extra ops)
+    "dp buckets, 1 stage": (2, Layout(tp=2, dp=8, global_batch=8 * 40,
+                                      distributed_optimizer=True, bucket_bytes=40 << 20), 1, ()),
+    "1f1b over machines": (2, Layout(tp=4, pp=2, dp=2, global_batch=2 * 40,
+                                     bucket_bytes=40 << 20), 1, ()),
+    "interleaved": (2, Layout(tp=4, pp=2, dp=2, virtual_stages=2, pipeline="interleaved",
+                              global_batch=2 * 48, bucket_bytes=40 << 20), 2, ()),
+    "zero-3": (2, Layout(tp=4, pp=2, dp=2, zero_stage=3, global_batch=2 * 40), 1, ()),
+    "expert all-to-alls": (2, Layout(tp=1, ep=8, dp=16, global_batch=16 * 30,
+                                     distributed_optimizer=True), 1, EP_EXTRA),
+}
+
+
+def _both(name):
+    nodes, lay, v, extra = CASES[name]
+    work = make_work(lay.pp, v, lay.global_batch // (lay.dp * lay.micro_batch), tp_comm=2 << 20,
+                     extra=extra)
+    g = dgx(nodes)
+    full = simulate_step(g, "toy", lay, work=work, extrapolate=False)
+    fast = simulate_step(g, "toy", lay, work=work)
+    return full, fast
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_extended_step_equals_every_micro_batch(name):
+    full, fast = _both(name)
+    assert full.steady is None
+    assert fast.steady is not None, "the step is long enough to extend"
+    assert max(fast.steady.counts) < full.row["micro_batches"]
+    assert any(n.startswith("steady state:") for n in fast.notes)
+    for key, want in full.row.items():
+        got = fast.row[key]
+        if isinstance(want, float):
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12, nan_ok=True), key
+        else:
+            assert got == want, key
+    cols = [c for c in full.breakdown.columns if c not in ("node",)]
+    np.testing.assert_allclose(fast.breakdown[cols].to_numpy(float),
+                               full.breakdown[cols].to_numpy(float), rtol=1e-9, atol=1e-12)
+    assert list(fast.traffic["group"]) == list(full.traffic["group"])
+    np.testing.assert_allclose(fast.traffic["bytes"], full.traffic["bytes"], rtol=1e-9)
+    assert list(fast.links["link"]) == list(full.links["link"])
+    np.testing.assert_allclose(fast.links["utilisation"], full.links["utilisation"], rtol=1e-9)
+
+
+def test_a_window_that_fails_is_never_extended(monkeypatch):
+    def refuse(*_a, **_k):
+        raise Unsteady("refused by the test")
+
+    monkeypatch.setattr(step_module, "extend", refuse)
+    full, fast = _both("1f1b over machines")
+    assert fast.steady is None
+    assert not any(n.startswith("steady state:") for n in fast.notes)
+    assert fast.row["step_time_s"] == full.row["step_time_s"]
+
+
+def test_a_trace_simulates_every_micro_batch():
+    nodes, lay, v, extra = CASES["1f1b over machines"]
+    work = make_work(lay.pp, v, lay.global_batch // lay.dp, tp_comm=2 << 20)
+    r = simulate_step(dgx(nodes), "toy", lay, work=work, record_trace=True)
+    assert r.steady is None
+    mbs = {e["name"] for e in r.trace["traceEvents"] if e.get("ph") == "X"}
+    assert mbs                                      # the trace holds the whole step
+
+
+def test_cli_every_micro_batch(capsys):
+    args = ["llm", "--model", "llama2-7b", "--topology", "dgx-a100-2node", "--tp", "4",
+            "--dp", "4", "--global-batch", "256", "--distributed-optimizer",
+            "--sequence-parallel", "--recompute", "selective"]
+    assert main(args) == 0
+    fast = capsys.readouterr().out
+    assert "note: steady state:" in fast
+    assert main(args + ["--every-micro-batch"]) == 0
+    full = capsys.readouterr().out
+    assert "steady state" not in full
+
+    def step_s(out):
+        return float(next(line.split()[1] for line in out.splitlines()
+                          if line.startswith("step_time_s")))
+
+    assert step_s(fast) == pytest.approx(step_s(full), rel=1e-5)    # as printed
+    assert main(["llm", "--model", "llama2-7b", "--topology", "dgx-a100-2node",
+                 "--global-batch", "256", "--search", "--every-micro-batch"]) == 2
+    assert "--every-micro-batch is for one step" in capsys.readouterr().err
