@@ -410,3 +410,39 @@ def test_layer_copies_equal_layers_built_one_by_one(model, layout):
         assert [op for op in chunk.backward if op.name.startswith("l")] == bwd
         kinds |= {(cfg.is_moe_layer(i), cfg.attention_window(i)) for i in layers}
     assert len(kinds) == (2 if model in ("mixtral-8x7b", "gpt-oss-120b") else 1)
+
+
+def test_fp8_experts_quantize_their_own_operands():
+    """Transformer Engine's GroupedLinear quantizes its input forward and its output gradient
+    backward, with Megatron-Core's 16-bit activation between expert fc1 and fc2: under fp8 a
+    MoE layer casts the dispatched tokens, the activation and both output gradients (4 bytes
+    per element: read 16-bit, write fp8 and its transpose); under bf16 it casts nothing, and
+    the casts take the memory-bound time of their bytes."""
+    from simulator.workload.llm.compute import elementwise
+    from simulator.workload.llm.costs import FP8_CAST_TRANSPOSE_BYTES
+
+    lay = Layout(ep=8, dp=8, global_batch=8)
+    model = get_llm_model("qwen3-30b-a3b")
+    rows = model.seq_len * model.moe.top_k                 # one micro-batch's routed copies
+    h, fe = model.hidden, model.moe.expert_ffn_hidden
+    want = {"l0.moe.experts.fc1.fp8cast": rows * h, "l0.moe.experts.fc2.fp8cast": rows * fe,
+            "l0.moe.experts.fc2.grad.fp8cast": rows * h,
+            "l0.moe.experts.fc1.grad.fp8cast": rows * 2 * fe}
+    for precision in ("fp8", "bf16"):
+        chunk = step_work(model, replace(lay, precision=precision),
+                          "b200-sxm-180gb").chunks[(0, 0)]
+        ops = {o.name: o for o in chunk.forward + chunk.backward}
+        casts = sorted(n for n in ops if n.startswith("l0.moe.") and n.endswith("fp8cast"))
+        if precision == "bf16":
+            assert casts == []
+            continue
+        assert casts == sorted(want)
+        for name, elements in want.items():
+            t = kernel_time("b200-sxm-180gb",
+                            elementwise("fp8cast", elements * FP8_CAST_TRANSPOSE_BYTES))
+            assert ops[name].compute_s == pytest.approx(t, rel=1e-12)
+        names = [o.name for o in chunk.forward]
+        assert names.index("l0.moe.experts.fc1.fp8cast") + 1 == \
+            names.index("l0.moe.experts.fc1")
+        assert names.index("l0.moe.experts.fc2.fp8cast") + 1 == \
+            names.index("l0.moe.experts.fc2")

@@ -53,7 +53,12 @@ the QKV, fc1 and fc2 inputs (``LayerNormLinear``, ``LayerNormMLP``), and the act
 that of fc1's output gradient; the other operands get a separate cast-transpose: the attention
 output (proj input) forward, and the output gradients of fc2, proj and QKV backward. The output
 layer (logits) is not a Transformer Engine module in Megatron-Core and stays in bf16
-(:data:`FP8_HEAD_PRECISION`).
+(:data:`FP8_HEAD_PRECISION`). Routed experts run Transformer Engine's ``GroupedLinear``, which
+quantizes its own input in forward and its output gradient in backward
+(``tex.split_quantize``, ``transformer_engine/pytorch/module/grouped_linear.py`` v2.12), with
+Megatron-Core's activation between them in 16-bit (``TEGroupedMLP``): a cast-transpose of the
+dispatched tokens before expert fc1, of the activation before expert fc2, and of the output
+gradients of both experts' GEMMs backward.
 
 ``Op.flops`` is the FLOPs the op executes on the rank (attention counted without the causal
 discount, Narayanan et al. 2021's convention); summed over the ops whose kind is not
@@ -275,9 +280,11 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
         ops += ctx.comm(q + ".tp.allgather", eg, "allgather", rows * h * _B)
     rows_i = int(round(rows))
     model_rows = (ctx.T * moe.top_k)                       # without capacity padding
+    ops += _fp8_cast(ctx, q + ".experts.fc1", rows * h, ek)
     ops.append(ctx.gemm(q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h, gk,
                         2.0 * model_rows * h * m.fc1_width(fe) / tp))
     ops.append(ctx.ew(q + ".experts.act", rows * (m.fc1_width(fe) + fe) // etp * _B, ek))
+    ops += _fp8_cast(ctx, q + ".experts.fc2", rows * fe // etp, ek)
     ops.append(ctx.gemm(q + ".experts.fc2", rows_i, h, fe // etp, gk,
                         2.0 * model_rows * fe * h / tp))
     if ctx.sp:
@@ -326,6 +333,7 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     ops += _bwd_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // etp,
                      flops=2.0 * model_rows * fe * h / tp)
     ops.append(ctx.ew(q + ".experts.act.bwd", 2 * rows * (m.fc1_width(fe) + fe) // etp * _B))
+    ops += _fp8_cast(ctx, q + ".experts.fc1.grad", rows * m.fc1_width(fe) // etp, "elementwise")
     ops += _bwd_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h,
                      flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
     if ctx.sp:
