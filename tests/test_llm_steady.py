@@ -78,6 +78,9 @@ CASES = {
     "interleaved": (2, Layout(tp=4, pp=2, dp=2, virtual_stages=2, pipeline="interleaved",
                               global_batch=2 * 48, bucket_bytes=40 << 20), 2, ()),
     "zero-3": (2, Layout(tp=4, pp=2, dp=2, zero_stage=3, global_batch=2 * 40), 1, ()),
+    "gpipe, context parallel": (2, Layout(tp=2, cp=2, pp=2, dp=2, pipeline="gpipe",
+                                          global_batch=2 * 40, bucket_bytes=40 << 20), 1,
+                                (Op("attn.cp", "cp", comm=Comm("cp", "allgather", 1 << 20)),)),
     "expert all-to-alls": (2, Layout(tp=1, ep=8, dp=16, global_batch=16 * 30,
                                      distributed_optimizer=True), 1, EP_EXTRA),
 }

@@ -829,8 +829,11 @@ def _links(link_bytes: dict, span_s: float, top: int = 10) -> pd.DataFrame:
             for (name, kind, cap), carried in link_bytes.items()]
     df = pd.DataFrame(rows, columns=["link", "kind", "capacity_bytes_per_s", "bytes",
                                      "utilisation"])
-    return df.sort_values(["utilisation", "link"], ascending=[False, True]).head(top) \
-        .reset_index(drop=True)
+    # ties (links loaded alike) go by name: utilisations equal but for float rounding (a step
+    # extended from its steady state against one simulated whole) rank the same
+    df["tie"] = df["utilisation"].round(12)
+    return df.sort_values(["tie", "link"], ascending=[False, True]).head(top) \
+        .drop(columns="tie").reset_index(drop=True)
 
 
 def _trace(events, pl: Placement, title: str) -> dict:
