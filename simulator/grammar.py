@@ -750,6 +750,10 @@ class LlmJobSection(Section):
     expert_tp: Count | None = Field(
         None, description="tensor parallelism of the expert layers (default tp); 1 with tp > 1 "
                           "folds the expert groups across tensor-parallel ranks")
+    dispatcher: one_of(_choices("DISPATCHERS")) = Field(
+        "alltoall", description="MoE token dispatcher: alltoall (NCCL all-to-all of every "
+                                "token-expert copy) or hybridep (Hybrid-EP: once per machine "
+                                "over RDMA, then NVLink)")
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1
@@ -790,7 +794,7 @@ class LlmJobSection(Section):
                       fsdp=self.fsdp, distributed_optimizer=self.distributed_optimizer,
                       recompute=self.recompute, precision=self.precision,
                       tp_overlap=self.tp_overlap, order=self.order,
-                      expert_tp=self.expert_tp, **extra)
+                      expert_tp=self.expert_tp, dispatcher=self.dispatcher, **extra)
 
 
 #: ``kind`` -> the section of that job kind.

@@ -257,6 +257,11 @@ def test_an_llm_job_states_its_expert_tensor_parallelism():
     assert (layout.tp, layout.ep, layout.expert_tp, layout.edp) == (2, 8, 1, 1)
     with pytest.raises(ConfigError, match=r"m.yaml:\d+: jobs.0.expert_tp"):
         read(text.replace("expert_tp: 1", "expert_tp: 0"), "m.yaml")
+    assert layout.dispatcher == "alltoall"
+    hybrid = read(text.replace("expert_tp: 1,", "expert_tp: 1, dispatcher: hybridep,"), "m.yaml")
+    assert hybrid.study[0].layout(8).dispatcher == "hybridep"
+    with pytest.raises(ConfigError, match=r"m.yaml:\d+: jobs.0.dispatcher.*hybridep"):
+        read(text.replace("expert_tp: 1,", "expert_tp: 1, dispatcher: deepep,"), "m.yaml")
 
 
 _HGX_B200 = """name: moe

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
+from ..workload.llm.layout import DISPATCHERS
 
 PIPELINES = ("1f1b", "gpipe", "interleaved")
 
@@ -39,6 +40,11 @@ def add_llm_parser(subparsers) -> None:
                    help="tensor parallelism of the expert layers (Megatron-Core's "
                         "expert_tensor_parallel_size; default tp). 1 with tp > 1 folds the "
                         "expert groups across tensor-parallel ranks")
+    p.add_argument("--dispatcher", default=None, choices=DISPATCHERS,
+                   help="MoE token dispatcher: alltoall (Megatron-Core's default, NCCL "
+                        "all-to-all of every token-expert copy) or hybridep (the flex "
+                        "dispatcher's Hybrid-EP: a token crosses to another machine once and "
+                        "is forwarded over NVLink); default alltoall")
     p.add_argument("--virtual-stages", default=None, metavar="N",
                    help="model chunks per pipeline stage (interleaved schedule)")
     p.add_argument("--micro-batch", default=None, metavar="N",
@@ -143,7 +149,8 @@ def layout_from_args(args):
                   sequence_parallel=args.sequence_parallel, zero_stage=args.zero_stage,
                   fsdp=args.fsdp, distributed_optimizer=args.distributed_optimizer,
                   recompute=recompute, precision=args.precision, order=args.order,
-                  expert_tp=getattr(args, "expert_tp", None), **extra)
+                  expert_tp=getattr(args, "expert_tp", None),
+                  dispatcher=getattr(args, "dispatcher", None) or "alltoall", **extra)
 
 
 def format_row(row: dict) -> str:
@@ -168,6 +175,9 @@ def cmd_search(args) -> int:
     if getattr(args, "every_micro_batch", False):
         raise ConfigError("--every-micro-batch is for one step; the search extends each "
                           "layout's steady state (leave it out with --search)")
+    if getattr(args, "dispatcher", None) is not None:
+        raise ConfigError("--dispatcher is not searched: the search keeps Megatron's default "
+                          "(alltoall); leave --dispatcher out with --search")
     if getattr(args, "expert_tp", None) is not None:
         raise ConfigError("--expert-tp is not searched: the search keeps Megatron's default "
                           "(expert_tp = tp); leave --expert-tp out with --search")

@@ -11,6 +11,8 @@ comparison says what it guessed:
 * ``pp``, ``cp``, ``ep``, ``virtual_stages``: 1; ``dp``: gpus / (tp x cp x pp);
   ``main_grads`` (gradients accumulated and reduced in fp32, bf16 or fp16: Megatron's
   ``grad_reduce_in_fp32``): ``auto``, Megatron-LM's default for the precision;
+  ``dispatcher`` (the MoE token dispatcher, ``alltoall`` or ``hybridep``): ``alltoall``,
+  Megatron-Core's default;
   ``expert_tp``: ``tp`` (Megatron's default); an MoE row with ``tp > 1`` runs with sequence
   parallelism (Megatron-Core refuses MoE with tensor parallelism without it), listed in
   ``assumed``;
@@ -45,8 +47,8 @@ __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_
            "row_layout", "summarise_llm"]
 
 #: Columns of a compared LLM table (``compare.csv``).
-LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp", "pp",
-                     "dp", "virtual_stages", "micro_batch", "global_batch", "recompute",
+LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
+                     "dispatcher", "pp", "dp", "virtual_stages", "micro_batch", "global_batch", "recompute",
                      "precision", "metric", "measured", "simulated", "error_pct", "step_time_s",
                      "hardware_tflops_per_gpu", "mfu_pct", "compute_s", "exposed_tp_s",
                      "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology", "assumed",
@@ -100,16 +102,15 @@ def _recompute(text) -> str:
     raise ConfigError(f"activation_recompute {text!r}: expected none, selective or full")
 
 
-def _main_grads(text) -> str:
-    """The row's ``main_grads`` (the precision gradients are accumulated and reduced in:
-    Megatron's ``grad_reduce_in_fp32``), ``auto`` when blank."""
-    from ..workload.llm.layout import MAIN_GRADS
-
+def _choice(text, column: str, allowed, default: str) -> str:
+    """A row's value of a column with named choices (``main_grads``, ``dispatcher``):
+    ``default`` when blank, else one of ``allowed`` (case-insensitive), else refused naming
+    them."""
     if text is None:
-        return "auto"
+        return default
     value = str(text).strip().lower()
-    if value not in MAIN_GRADS:
-        raise ConfigError(f"main_grads {text!r}: expected one of {', '.join(MAIN_GRADS)}")
+    if value not in allowed:
+        raise ConfigError(f"{column} {text!r}: expected one of {', '.join(allowed)}")
     return value
 
 
@@ -181,7 +182,11 @@ def row_layout(row):
         recompute = "full"
     else:
         recompute = _recompute(recompute)
-    main_grads = _main_grads(_cell(row, "main_grads"))
+    from ..workload.llm.layout import DISPATCHERS, MAIN_GRADS
+
+    # the precision gradients are accumulated and reduced in (Megatron's grad_reduce_in_fp32)
+    main_grads = _choice(_cell(row, "main_grads"), "main_grads", MAIN_GRADS, "auto")
+    dispatcher = _choice(_cell(row, "dispatcher"), "dispatcher", DISPATCHERS, "alltoall")
     precision = _cell(row, "precision")
     precision = "bf16" if precision is None else _precision(precision)
     if _cell(row, "precision") is None:
@@ -192,7 +197,8 @@ def row_layout(row):
                     sequence_parallel=False, zero_stage=zero,
                     distributed_optimizer=False, recompute=recompute, precision=precision,
                     attention=_attention(row, assumed), main_grads=main_grads,
-                    expert_tp=None if expert_tp is None else int(expert_tp))
+                    expert_tp=None if expert_tp is None else int(expert_tp),
+                    dispatcher=dispatcher)
     return layout, assumed
 
 
@@ -325,6 +331,7 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
         try:
             layout, assumed = row_layout(row)
             base.update(tp=layout.tp, cp=layout.cp, ep=layout.ep, expert_tp=layout.etp,
+                        dispatcher=layout.dispatcher,
                         pp=layout.pp, dp=layout.dp,
                         virtual_stages=layout.virtual_stages, micro_batch=layout.micro_batch,
                         global_batch=layout.global_batch, recompute=layout.recompute,

@@ -22,7 +22,9 @@ element, 2):
   all-to-all dispatcher does]; expert fc1, activation, fc2 on ``R·e`` tokens with ``/e``
   widths; [reduce-scatter over the same group]; ``ep`` all-to-all *combine*; shared experts as
   a dense TP MLP. With ``expert_tp = 1`` and ``tp > 1`` (MoE parallel folding) the expert
-  group spans tensor-parallel ranks and no collective runs inside the experts.
+  group spans tensor-parallel ranks and no collective runs inside the experts. The
+  ``hybridep`` dispatcher replaces each all-to-all by a rail all-to-all across machines, an
+  NVLink all-to-all inside them and a device copy (:func:`_ep_exchange`).
 
 Tensor-parallel placement follows Shoeybi et al. 2019 (the ``f``/``g`` operators: 2 all-reduces
 per layer forward, 2 backward) and Korthikanti et al. 2022 (sequence parallelism: all-gather
@@ -76,6 +78,7 @@ from dataclasses import dataclass
 
 from .compute import (Kernel, KernelTable, adam, attention, elementwise, gemm, kernel_time,
                       resolve_device)
+from ...errors import ConfigError
 from .layout import Layout, check_layout, main_grad_bytes
 from .memory import chunk_layers, chunk_params, uses_flash
 from .model import TransformerConfig, model_flops_per_step
@@ -102,6 +105,7 @@ class _Ctx:
     device: object
     kernels: KernelTable | None
     flash: bool
+    ep_machines: int = 1        # machines an expert group spans (the hybridep dispatcher's)
 
     def __post_init__(self):
         lay, m = self.layout, self.model
@@ -265,6 +269,57 @@ def _moe_dims(ctx: _Ctx):
     return moe, tokens, copies, gathered
 
 
+def hit_probability(experts: int, top_k: int, held: float) -> float:
+    """Probability that a token's ``top_k`` distinct experts, drawn uniformly from ``experts``
+    (balanced routing, as the published runs force it), include one of ``held`` given experts:
+    ``1 - C(E - x, k) / C(E, k)``, as a product so that ``held`` may be fractional."""
+    miss = 1.0
+    for j in range(top_k):
+        factor = (experts - held - j) / (experts - j)
+        if factor <= 0:
+            return 1.0
+        miss *= factor
+    return 1.0 - miss
+
+
+def _ep_exchange(ctx: _Ctx, name: str, tokens: float, copies: float, outward: bool,
+                 kind: str) -> list[Op]:
+    """One dispatch (``outward``: tokens to their experts; also the backward of combine) or
+    combine of a rank's ``tokens`` over its expert group.
+
+    ``alltoall``: one NCCL all-to-all of the ``copies`` (token, expert) rows.
+
+    ``hybridep`` (DeepEP's Hybrid-EP, ``docs/README_Hybrid-EP.md``; Megatron-Core's flex
+    dispatcher): a token goes to another machine of the expert group at most once, over RDMA to
+    the GPU of its own rail (``ep_rail``: the group's GPUs with the same position on each
+    machine), and is forwarded over NVLink once to each GPU of that machine that holds one of
+    its experts (``ep_node``); the expert-level copies are made on the receiving GPU. With
+    ``n`` machines, per token ``p_m = hit_probability(E, k, E / n)`` of each other machine and
+    ``p_r = hit_probability(E, k, E / ep)`` of each GPU: the rail all-to-all carries
+    ``n x tokens x p_m`` rows, the NVLink one ``ep x tokens x p_r`` (what lands on a GPU, once
+    per GPU), run one after the other (Hybrid-EP pipelines them; the model does not). Megatron
+    copies the dispatch output out of, and the combine input into, Hybrid-EP's registered
+    buffer: a device copy of the landed rows ("about 10%-20% of the communication time",
+    NVIDIA/Megatron-LM ``docs/discussions/deepseek-v3-gb200-optimization`` @eb0783b6)."""
+    row = ctx.h * _B
+    if ctx.layout.dispatcher != "hybridep":
+        return ctx.comm(name, "ep", "alltoall", copies * row)
+    moe, ep = ctx.model.moe, ctx.ep
+    n = max(1, min(ctx.ep_machines, ep))
+    if ep % n:
+        raise ConfigError(f"the hybridep dispatcher needs each expert group spread evenly over "
+                          f"its machines: ep {ep} over {n} machines")
+    local = ep // n
+    landed = ep * tokens * hit_probability(moe.experts, moe.top_k, moe.experts / ep)
+    # an all-to-all's size is its send buffer, the same bytes to each member
+    to_machine = round(tokens * hit_probability(moe.experts, moe.top_k, moe.experts / n) * row)
+    to_gpu = round(landed * row / local)
+    rail = ctx.comm(name + ".rdma", "ep_rail", "alltoall", n * to_machine) if n > 1 else []
+    node = ctx.comm(name + ".nvl", "ep_node", "alltoall", local * to_gpu) if local > 1 else []
+    copy = [ctx.ew(name + ".copy", landed * row * 2, kind)] if ep > 1 else []
+    return rail + node + copy if outward else copy + node + rail
+
+
 def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     m, h, tp = ctx.model, ctx.h, ctx.tp
     if not m.is_moe_layer(i):
@@ -274,7 +329,7 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     q = p + ".moe"
     ops = [ctx.gemm(q + ".router", tokens, moe.experts, h, gk),
            ctx.ew(q + ".route", tokens * moe.experts * 4 * 2 + copies * h * _B * 2, ek)]
-    ops += ctx.comm(q + ".ep.dispatch", "ep", "alltoall", copies * h * _B)
+    ops += _ep_exchange(ctx, q + ".ep.dispatch", tokens, copies, True, ek)
     etp, eg = ctx.etp, ctx.etp_group
     if ctx.sp:
         ops += ctx.comm(q + ".tp.allgather", eg, "allgather", rows * h * _B)
@@ -289,7 +344,7 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
                         2.0 * model_rows * fe * h / tp))
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter", eg, "reducescatter", rows * h * _B)
-    ops += ctx.comm(q + ".ep.combine", "ep", "alltoall", copies * h * _B)
+    ops += _ep_exchange(ctx, q + ".ep.combine", tokens, copies, False, ek)
     ops.append(ctx.ew(q + ".unpermute", copies * h * _B * 2, ek))
     if moe.shared_experts:
         ops += _dense_mlp_forward(ctx, q + ".shared", moe.shared_hidden * moe.shared_experts,
@@ -326,7 +381,7 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
         ops += _dense_mlp_backward(ctx, q + ".shared", moe.shared_hidden * moe.shared_experts)
     etp, eg = ctx.etp, ctx.etp_group
     ops.append(ctx.ew(q + ".unpermute.bwd", copies * h * _B * 2))
-    ops += ctx.comm(q + ".ep.combine.bwd", "ep", "alltoall", copies * h * _B)
+    ops += _ep_exchange(ctx, q + ".ep.combine.bwd", tokens, copies, True, "elementwise")
     if ctx.sp:
         ops += ctx.comm(q + ".tp.allgather.grad", eg, "allgather", rows * h * _B)
     ops += _fp8_cast(ctx, q + ".experts.fc2.grad", rows * h, "elementwise")
@@ -338,7 +393,7 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
                      flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter.grad", eg, "reducescatter", rows * h * _B)
-    ops += ctx.comm(q + ".ep.dispatch.bwd", "ep", "alltoall", copies * h * _B)
+    ops += _ep_exchange(ctx, q + ".ep.dispatch.bwd", tokens, copies, False, "elementwise")
     ops += _bwd_gemm(ctx, q + ".router", tokens, moe.experts, h)
     return ops
 
@@ -512,17 +567,19 @@ def _optimizer_s(ctx: _Ctx) -> float:
 
 
 def step_work(model: TransformerConfig, layout: Layout, device, *,
-              kernels: KernelTable | None = None) -> StepWork:
+              kernels: KernelTable | None = None, ep_machines: int = 1) -> StepWork:
     """What one rank of each pipeline chunk does per micro-batch, and the per-step totals.
 
     ``device``: a :class:`simulator.topology.devices.Device` or a preset name. ``kernels``: a
-    measured :class:`~.compute.KernelTable` replacing roofline times. The layout is checked first
+    measured :class:`~.compute.KernelTable` replacing roofline times. ``ep_machines``: how many
+    machines one expert group spans (the ``hybridep`` dispatcher sends across them once per
+    token and machine; :func:`.step.simulate_step` counts them). The layout is checked first
     (:func:`.layout.check_layout`, device precision included); memory is not
     (:func:`.memory.check_memory`).
     """
     dev = resolve_device(device)
     check_layout(model, layout, device=dev)
-    ctx = _Ctx(model, layout, dev, kernels, uses_flash(layout, dev))
+    ctx = _Ctx(model, layout, dev, kernels, uses_flash(layout, dev), ep_machines)
     chunks = {(s, v): _chunk(ctx, s, v)
               for s in range(layout.pp) for v in range(layout.virtual_stages)}
     notes = [

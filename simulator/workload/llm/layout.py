@@ -9,7 +9,11 @@ Degrees (Megatron-LM's names; Shoeybi et al. 2019, Narayanan et al. SC 2021, Kor
 are "folded" (Liu et al. 2025, "MoE Parallel Folding", arXiv 2504.14960; Megatron-Core's
 expert rank generator): their ``tp x cp x dp`` ranks are regrouped as ``expert_tp x ep x
 expert data parallel``, so an expert group may span tensor-parallel ranks (``tp 2, ep 32,
-expert_tp 1`` on 16 data-parallel replicas).
+expert_tp 1`` on 16 data-parallel replicas). ``dispatcher`` is how MoE layers move tokens to
+their experts (:data:`DISPATCHERS`): Megatron-Core's ``alltoall`` token dispatcher (an NCCL
+all-to-all of every token-expert copy) or its ``flex`` dispatcher with the ``hybridep`` backend
+(DeepEP's Hybrid-EP: a token crosses to another machine once, to the GPU of its own rail, and
+is forwarded over NVLink to each GPU holding one of its experts, once per GPU).
 
 The rest says how the step runs: micro-batch and global batch (micro-batches per pipeline =
 global / (dp x micro)), the pipeline schedule (``gpipe``, ``1f1b``, ``interleaved`` with
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from simulator.errors import ConfigError
 
 __all__ = ["Layout", "PIPELINE_KINDS", "RECOMPUTE", "PRECISIONS", "ATTENTION_KINDS",
-           "MAIN_GRADS", "check_layout", "main_grad_bytes"]
+           "MAIN_GRADS", "DISPATCHERS", "check_layout", "main_grad_bytes"]
 
 PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -38,6 +42,9 @@ ATTENTION_KINDS = ("auto", "flash", "unfused")
 #: fp32`` is forced on for bf16 in ``megatron/training/arguments.py``) and the 16-bit model dtype
 #: for fp16 training.
 MAIN_GRADS = ("auto", "fp32", "bf16", "fp16")
+#: MoE token dispatchers (Megatron-Core ``moe_token_dispatcher_type`` ``alltoall``, or ``flex``
+#: with ``moe_flex_dispatcher_backend`` ``hybridep``); see :mod:`.costs`.
+DISPATCHERS = ("alltoall", "hybridep")
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class Layout:
     attention: str = "auto"           # see ATTENTION_KINDS
     main_grads: str = "auto"          # see MAIN_GRADS
     expert_tp: int | None = None      # expert tensor parallelism (None: tp, Megatron's default)
+    dispatcher: str = "alltoall"      # MoE token dispatcher, see DISPATCHERS
 
     @property
     def gpus(self) -> int:
@@ -178,6 +186,9 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
     if model.ffn_hidden % tp:
         raise ConfigError(f"{model.name}: ffn_hidden {model.ffn_hidden} is not divisible by "
                           f"tp = {tp}")
+    if layout.dispatcher not in DISPATCHERS:
+        raise ConfigError(f"layout dispatcher {layout.dispatcher!r}: expected one of "
+                          f"{', '.join(DISPATCHERS)}")
     etp = layout.etp
     if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
         raise ConfigError(f"layout expert_tp must be a positive integer, not {etp!r}")

@@ -155,6 +155,16 @@ def _check_work(work: StepWork, layout: Layout) -> None:
                           f"{layout.virtual_stages}")
 
 
+def _stream(group: str) -> str:
+    """The stream (and breakdown part) of a group kind: the hybridep dispatcher's ``ep_rail``
+    and ``ep_node`` groups are expert parallelism's."""
+    return group.split("_")[0]
+
+
+def _part(group: str) -> str:
+    return f"exposed_{_stream(group)}_s"
+
+
 class _Step:
     """The state of one simulated step (callbacks on one engine; no SimPy processes)."""
 
@@ -209,6 +219,8 @@ class _Step:
         key = (kind, r)
         g = self.group_cache.get(key)
         if g is None:
+            if kind in ("ep_rail", "ep_node"):
+                return self._ep_subgroup(kind, r)
             if kind == "dpcp":
                 c = self.pl.coords(r)
                 g = tuple(self.pl.rank(tp=c["tp"], cp=j, dp=i, pp=c["pp"])
@@ -218,6 +230,22 @@ class _Step:
             for m in g:
                 self.group_cache[(kind, m)] = g
         return g
+
+    def _ep_subgroup(self, kind: str, r: int) -> tuple:
+        """The hybridep dispatcher's groups (:func:`.costs._ep_exchange`): ``ep_node``, the
+        members of ``r``'s expert group on its machine; ``ep_rail``, one member per machine of
+        the group, each at ``r``'s position among its machine's members."""
+        ep = self.group("ep", r)
+        on: dict = {}
+        for m, machine in zip(ep, self.pl.machines(self.graph, ep)):
+            on.setdefault(machine, []).append(m)
+        for members in on.values():
+            node = tuple(members)
+            for i, m in enumerate(members):
+                self.group_cache[("ep_node", m)] = node
+                self.group_cache[("ep_rail", m)] = tuple(
+                    others[i] for others in on.values() if i < len(others))
+        return self.group_cache[(kind, r)]
 
     def nodes_of(self, g) -> list:
         return [self.node[m] for m in g]
@@ -326,7 +354,7 @@ class _Step:
                 if not comm.overlapped:
                     t = self.alone_s(comm.collective, tpg, comm.size_bytes)
                     cur += t
-                    part = f"exposed_{comm.group}_s"
+                    part = _part(comm.group)
                     parts[part] = parts.get(part, 0.0) + t
                     pieces.append((0.0, t))
                 continue
@@ -474,16 +502,16 @@ class _Step:
                 now = self.env.now
                 for m, since, overlapped in arrived:
                     ms = self.rs[m]
-                    self.record(m, comm.group, name, since, now)
+                    self.record(m, _stream(comm.group), name, since, now)
                     if overlapped:
                         ms["pending"] -= 1
                         if ms["chunk_wait"] is not None and ms["pending"] == 0:
                             t0 = ms["chunk_wait"]
                             ms["chunk_wait"] = None
-                            self.acc[m][f"exposed_{comm.group}_s"] += now - t0
+                            self.acc[m][_part(comm.group)] += now - t0
                             self.end_op(m)
                     else:
-                        self.acc[m][f"exposed_{comm.group}_s"] += now - since
+                        self.acc[m][_part(comm.group)] += now - since
                         self.next_segment(m)
 
             self.flows.start(flows, _bundle(done), comm.group)
@@ -763,8 +791,8 @@ def _steady(run, micro_batches: int, stages: int, notes: list) -> _Outcome | Non
         notes.append(f"steady state: {win} micro-batches simulated, each {win.period} more "
                      f"adding the same {d:.9g} s (to {TOLERANCE:g}); the step's "
                      f"{micro_batches} extended from them (--every-micro-batch simulates all)")
-        return dataclasses.replace(o[2], step_s=max(end.values()), end=end, acc=acc, traffic=traffic,
-                                   link_bytes=links, window=win)
+        return dataclasses.replace(o[2], step_s=max(end.values()), end=end, acc=acc,
+                                   traffic=traffic, link_bytes=links, window=win)
     return None
 
 
@@ -882,7 +910,8 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
 
         config = _resolve_model(model)
         dev = _gpu_device(graph, device)
-        work = step_work(config, layout, dev, kernels=kernels)
+        ep_machines = len(set(pl.machines(graph, pl.groups("ep")[0]))) if layout.ep > 1 else 1
+        work = step_work(config, layout, dev, kernels=kernels, ep_machines=ep_machines)
         if check_fit:
             memory_gib = check_memory(config, layout, dev).total_bytes / 2**30
     _check_work(work, layout)

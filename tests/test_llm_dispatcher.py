@@ -1,0 +1,139 @@
+"""The MoE token dispatchers: Megatron-Core's all-to-all of every token-expert copy against
+Hybrid-EP (a token crosses to another machine once, to its own rail, then NVLink to each GPU
+holding one of its experts)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.cli import main
+from simulator.comparison.llm import row_layout
+from simulator.errors import ConfigError
+from simulator.topology import load_topology
+from simulator.workload.llm.costs import hit_probability, step_work
+from simulator.workload.llm.layout import Layout, check_layout
+from simulator.workload.llm.placement import place
+from simulator.workload.llm.registry import get_llm_model
+from simulator.workload.llm.step import _Step, simulate_step
+
+from llm_work import make_work
+
+QWEN = get_llm_model("qwen3-30b-a3b")            # 128 experts, top-8, hidden 2048
+
+
+@pytest.mark.parametrize("experts,k,held", [(128, 8, 64), (128, 8, 8), (64, 6, 16), (8, 2, 1)])
+def test_hit_probability_is_the_hypergeometric_complement(experts, k, held):
+    want = 1 - math.comb(experts - held, k) / math.comb(experts, k)
+    assert hit_probability(experts, k, held) == pytest.approx(want, rel=1e-12)
+    assert hit_probability(experts, k, experts) == 1.0
+    assert hit_probability(experts, k, 0) == 0.0
+    assert hit_probability(experts, 1, held) == pytest.approx(held / experts)
+
+
+def test_hit_probability_counts_what_routed_tokens_hit():
+    """Route 20,000 tokens to top-8 of 128 experts spread over 16 GPUs on 2 machines (balanced,
+    uniform, as the published runs force it) and count the distinct machines and GPUs each
+    token reaches: the means are the dispatcher's per-token rows."""
+    rng = np.random.default_rng(7)
+    experts, k, gpus, machines = 128, 8, 16, 2
+    picks = np.argsort(rng.random((20_000, experts)), axis=1)[:, :k]
+    gpu = picks // (experts // gpus)
+    machine = picks // (experts // machines)
+    gpus_hit = np.array([len(set(row)) for row in gpu])
+    other_machine = (machine != 0).any(axis=1)          # a token of machine 0 leaving it
+    se = 4 / math.sqrt(len(picks))
+    assert gpus_hit.mean() / gpus == pytest.approx(
+        hit_probability(experts, k, experts / gpus), abs=se)
+    assert other_machine.mean() == pytest.approx(
+        hit_probability(experts, k, experts / machines), abs=se)
+
+
+def _exchanges(chunk, prefix="l0.moe.ep."):
+    return [(o.name, o.comm.group if o.comm else o.kind, o.comm.size_bytes if o.comm else None)
+            for o in chunk.forward + chunk.backward if o.name.startswith(prefix)]
+
+
+def test_hybridep_sends_once_per_machine_and_once_per_gpu():
+    lay = Layout(ep=16, dp=16, global_batch=16, dispatcher="hybridep")
+    chunk = step_work(QWEN, lay, "h100-sxm5-80gb", ep_machines=2).chunks[(0, 0)]
+    t, row = QWEN.seq_len, QWEN.hidden * 2
+    to_machine = round(t * hit_probability(128, 8, 64) * row)
+    landed = 16 * t * hit_probability(128, 8, 8)
+    to_gpu = round(landed * row / 8)
+    assert [(n, g) for n, g, _ in _exchanges(chunk)] == [
+        ("l0.moe.ep.dispatch.rdma", "ep_rail"), ("l0.moe.ep.dispatch.nvl", "ep_node"),
+        ("l0.moe.ep.dispatch.copy", "elementwise"),
+        ("l0.moe.ep.combine.copy", "elementwise"), ("l0.moe.ep.combine.nvl", "ep_node"),
+        ("l0.moe.ep.combine.rdma", "ep_rail"),
+        ("l0.moe.ep.combine.bwd.rdma", "ep_rail"), ("l0.moe.ep.combine.bwd.nvl", "ep_node"),
+        ("l0.moe.ep.combine.bwd.copy", "elementwise"),
+        ("l0.moe.ep.dispatch.bwd.copy", "elementwise"),
+        ("l0.moe.ep.dispatch.bwd.nvl", "ep_node"), ("l0.moe.ep.dispatch.bwd.rdma", "ep_rail")]
+    sizes = {n: s for n, _, s in _exchanges(chunk)}
+    assert sizes["l0.moe.ep.dispatch.rdma"] == 2 * to_machine
+    assert sizes["l0.moe.ep.dispatch.nvl"] == 8 * to_gpu
+    # the same layout with NCCL's all-to-all: one exchange of every token-expert copy
+    plain = step_work(QWEN, Layout(ep=16, dp=16, global_batch=16), "h100-sxm5-80gb",
+                      ep_machines=2).chunks[(0, 0)]
+    assert _exchanges(plain)[0] == ("l0.moe.ep.dispatch", "ep", t * 8 * row)
+    # half of a token's 8 copies leave its machine under all-to-all; under hybridep at most one
+    assert (t * 8 * row / 2) / (to_machine) > 3.9
+    # one machine: no rail exchange, the NVLink one over the whole group
+    one = step_work(QWEN, Layout(ep=8, dp=8, global_batch=8, dispatcher="hybridep"),
+                    "b200-sxm-180gb").chunks[(0, 0)]
+    names = [n for n, _, _ in _exchanges(one)]
+    assert not any(n.endswith(".rdma") for n in names)
+    assert dict((n, s) for n, _, s in _exchanges(one))["l0.moe.ep.dispatch.nvl"] == \
+        8 * round(8 * t * hit_probability(128, 8, 16) * row / 8)
+
+
+def test_hybridep_groups_are_rails_and_machines():
+    g = load_topology("hgx-h100", {"nodes": "4"})
+    lay = Layout(ep=16, dp=32, global_batch=32, dispatcher="hybridep")
+    pl = place(g, lay)
+    step = _Step(g, lay, make_work(1, 1, 1), pl, "default", "duration", False, False)
+    for r in (0, 5, 13, 16, 31):
+        ep = step.group("ep", r)
+        node = step.group("ep_node", r)
+        rail = step.group("ep_rail", r)
+        assert r in node and r in rail and set(node) | set(rail) <= set(ep)
+        assert len(set(pl.machines(g, node))) == 1 and len(node) == 8
+        assert len(set(pl.machines(g, rail))) == len(rail) == 2
+        assert {m % 8 for m in rail} == {r % 8}            # the same GPU on each machine
+
+
+def test_hybridep_step_keeps_expert_traffic_off_the_nics():
+    g = load_topology("hgx-h100", {"nodes": "2"})
+    rows = {}
+    for d in ("alltoall", "hybridep"):
+        lay = Layout(ep=16, dp=16, global_batch=16, precision="fp8",
+                     distributed_optimizer=True, dispatcher=d)
+        r = simulate_step(g, "qwen3-30b-a3b", lay)
+        rows[d] = r
+        assert r.row["exposed_ep_s"] > 0
+    traffic = rows["hybridep"].traffic.set_index("group")["bytes"]
+    assert set(traffic.index) >= {"ep_rail", "ep_node"}
+    plain = rows["alltoall"].traffic.set_index("group")["bytes"]["ep"]
+    assert traffic["ep_rail"] < plain / 3.5        # about 4x fewer bytes between machines
+    assert rows["hybridep"].row["step_time_s"] < rows["alltoall"].row["step_time_s"]
+
+
+def test_dispatcher_refusals_name_the_choices(capsys):
+    with pytest.raises(ConfigError, match="dispatcher 'deepep': expected one of alltoall, "
+                                          "hybridep"):
+        check_layout(QWEN, Layout(ep=8, dp=8, global_batch=8, dispatcher="deepep"))
+    with pytest.raises(SystemExit) as out:
+        main(["llm", "--model", "qwen3-30b-a3b", "--topology", "hgx-b200", "--ep", "8",
+              "--dp", "8", "--global-batch", "8", "--dispatcher", "nccl"])
+    assert out.value.code == 2
+    assert "invalid choice: 'nccl'" in capsys.readouterr().err
+    assert main(["llm", "--model", "qwen3-30b-a3b", "--topology", "hgx-b200",
+                 "--global-batch", "8", "--search", "--dispatcher", "hybridep"]) == 2
+    assert "--dispatcher is not searched" in capsys.readouterr().err
+    row = {"model": "qwen3-30b-a3b", "gpus": 8, "tp": 1, "ep": 8, "global_batch": 8,
+           "dispatcher": "HybridEP"}
+    assert row_layout(row)[0].dispatcher == "hybridep"
+    row["dispatcher"] = "deepep"
+    with pytest.raises(ConfigError, match="dispatcher 'deepep': expected one of"):
+        row_layout(row)
