@@ -786,6 +786,7 @@ def _steady(run, micro_batches: int, stages: int, notes: list) -> _Outcome | Non
             traffic = extend(tuple(x.traffic for x in o), k, None, "traffic")
             links = extend(tuple(x.link_bytes for x in o), k, None, "link bytes")
         except Unsteady:
+            done.pop(win.counts[0])          # the next window starts a period later
             continue
         d = o[2].step_s - o[1].step_s
         notes.append(f"steady state: {win} micro-batches simulated, each {win.period} more "
