@@ -48,11 +48,11 @@ __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_
 
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
-                     "dispatcher", "pp", "dp", "virtual_stages", "micro_batch", "global_batch", "recompute",
-                     "precision", "metric", "measured", "simulated", "error_pct", "step_time_s",
-                     "hardware_tflops_per_gpu", "mfu_pct", "compute_s", "exposed_tp_s",
-                     "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology", "assumed",
-                     "skipped")
+                     "dispatcher", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
+                     "recompute", "precision", "metric", "measured", "simulated", "error_pct",
+                     "step_time_s", "hardware_tflops_per_gpu", "mfu_pct", "compute_s",
+                     "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology",
+                     "assumed", "skipped")
 
 #: measured column -> (metric name, simulated row column, higher is better)
 _METRICS = {
@@ -145,7 +145,7 @@ def _attention(row, assumed: list) -> str:
 
 def row_layout(row):
     """``(Layout, assumed)``: the row's layout, and the defaults taken for its blanks."""
-    from ..workload.llm.layout import Layout
+    from ..workload.llm.layout import DISPATCHERS, MAIN_GRADS, Layout
 
     assumed = []
 
@@ -182,8 +182,6 @@ def row_layout(row):
         recompute = "full"
     else:
         recompute = _recompute(recompute)
-    from ..workload.llm.layout import DISPATCHERS, MAIN_GRADS
-
     # the precision gradients are accumulated and reduced in (Megatron's grad_reduce_in_fp32)
     main_grads = _choice(_cell(row, "main_grads"), "main_grads", MAIN_GRADS, "auto")
     dispatcher = _choice(_cell(row, "dispatcher"), "dispatcher", DISPATCHERS, "alltoall")
@@ -331,8 +329,7 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
         try:
             layout, assumed = row_layout(row)
             base.update(tp=layout.tp, cp=layout.cp, ep=layout.ep, expert_tp=layout.etp,
-                        dispatcher=layout.dispatcher,
-                        pp=layout.pp, dp=layout.dp,
+                        dispatcher=layout.dispatcher, pp=layout.pp, dp=layout.dp,
                         virtual_stages=layout.virtual_stages, micro_batch=layout.micro_batch,
                         global_batch=layout.global_batch, recompute=layout.recompute,
                         precision=layout.precision, assumed=" ".join(assumed))

@@ -76,9 +76,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ...errors import ConfigError
 from .compute import (Kernel, KernelTable, adam, attention, elementwise, gemm, kernel_time,
                       resolve_device)
-from ...errors import ConfigError
 from .layout import Layout, check_layout, main_grad_bytes
 from .memory import chunk_layers, chunk_params, uses_flash
 from .model import TransformerConfig, model_flops_per_step
