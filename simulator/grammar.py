@@ -754,6 +754,8 @@ class LlmJobSection(Section):
         "alltoall", description="MoE token dispatcher: alltoall (NCCL all-to-all of every "
                                 "token-expert copy) or hybridep (Hybrid-EP: once per machine "
                                 "over RDMA, then NVLink)")
+    ep_overlap: bool = Field(False, description="expert all-to-alls hidden behind another "
+                                                "micro-batch's compute (moe_a2a_overlap)")
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1
@@ -794,7 +796,8 @@ class LlmJobSection(Section):
                       fsdp=self.fsdp, distributed_optimizer=self.distributed_optimizer,
                       recompute=self.recompute, precision=self.precision,
                       tp_overlap=self.tp_overlap, order=self.order,
-                      expert_tp=self.expert_tp, dispatcher=self.dispatcher, **extra)
+                      expert_tp=self.expert_tp, dispatcher=self.dispatcher,
+                      ep_overlap=self.ep_overlap, **extra)
 
 
 #: ``kind`` -> the section of that job kind.

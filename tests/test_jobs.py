@@ -260,6 +260,9 @@ def test_an_llm_job_states_its_expert_tensor_parallelism():
     assert layout.dispatcher == "alltoall"
     hybrid = read(text.replace("expert_tp: 1,", "expert_tp: 1, dispatcher: hybridep,"), "m.yaml")
     assert hybrid.study[0].layout(8).dispatcher == "hybridep"
+    assert layout.ep_overlap is False
+    hidden = read(text.replace("expert_tp: 1,", "expert_tp: 1, ep_overlap: true,"), "m.yaml")
+    assert hidden.study[0].layout(8).ep_overlap is True
     with pytest.raises(ConfigError, match=r"m.yaml:\d+: jobs.0.dispatcher.*hybridep"):
         read(text.replace("expert_tp: 1,", "expert_tp: 1, dispatcher: deepep,"), "m.yaml")
 

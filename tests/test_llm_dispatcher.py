@@ -137,3 +137,75 @@ def test_dispatcher_refusals_name_the_choices(capsys):
     row["dispatcher"] = "deepep"
     with pytest.raises(ConfigError, match="dispatcher 'deepep': expected one of"):
         row_layout(row)
+
+
+def test_ep_overlap_hides_the_exchanges_behind_the_chunks_compute():
+    """Megatron-Core's 1F1B all-to-all overlap, as the model takes it: each chunk ends when both
+    its compute and its expert exchanges have; compute is unchanged, the step shorter, and never
+    shorter than its compute or its exchanges alone."""
+    g = load_topology("hgx-h100", {"nodes": "2"})
+    rows = {}
+    for overlap in (False, True):
+        lay = Layout(ep=16, dp=16, global_batch=64, precision="fp8", distributed_optimizer=True,
+                     ep_overlap=overlap)
+        rows[overlap] = simulate_step(g, "qwen3-30b-a3b", lay).row
+    plain, hidden = rows[False], rows[True]
+    assert hidden["compute_s"] == pytest.approx(plain["compute_s"], rel=1e-12)
+    assert hidden["step_time_s"] < plain["step_time_s"] - 0.25 * plain["exposed_ep_s"]
+    assert hidden["step_time_s"] >= max(plain["compute_s"], plain["exposed_ep_s"])
+    assert hidden["exposed_ep_s"] < plain["exposed_ep_s"]
+
+
+def test_ep_overlap_refusals_are_megatrons():
+    base = dict(ep=8, dp=8, global_batch=8, ep_overlap=True)
+    check_layout(QWEN, Layout(**base))
+    with pytest.raises(ConfigError, match="needs expert parallelism"):
+        check_layout(QWEN, Layout(**{**base, "ep": 1}))
+    with pytest.raises(ConfigError, match="needs virtual stages"):
+        check_layout(QWEN, Layout(**{**base, "pp": 2, "dp": 4, "global_batch": 8}))
+    with pytest.raises(ConfigError, match="full recompute"):
+        check_layout(QWEN, Layout(**{**base, "recompute": "full"}))
+    row = {"model": "qwen3-30b-a3b", "gpus": 8, "tp": 1, "ep": 8, "global_batch": 8,
+           "moe_a2a_overlap": "True"}
+    assert row_layout(row)[0].ep_overlap is True
+    row["moe_a2a_overlap"] = "false"
+    assert row_layout(row)[0].ep_overlap is False
+    row["moe_a2a_overlap"] = "sometimes"
+    with pytest.raises(ConfigError, match="moe_a2a_overlap 'sometimes': expected one of"):
+        row_layout(row)
+
+
+def test_cli_ep_overlap(capsys):
+    args = ["llm", "--model", "qwen3-30b-a3b", "--topology", "hgx-b200", "--ep", "8", "--dp",
+            "8", "--global-batch", "8", "--precision", "fp8", "--distributed-optimizer"]
+
+    def exposed(out):
+        return float(next(line.split()[1] for line in out.splitlines()
+                          if line.startswith("exposed_ep_s")))
+
+    assert main(args) == 0
+    plain = exposed(capsys.readouterr().out)
+    assert main(args + ["--ep-overlap"]) == 0
+    assert exposed(capsys.readouterr().out) < plain
+
+
+def test_ep_overlap_runs_a_ranks_exchanges_one_at_a_time():
+    """Megatron-Core issues a rank's overlapped dispatches and combines on one communication
+    stream: in the trace no two expert exchanges of one rank overlap in time, and there are as
+    many as without the overlap (every exchange still runs)."""
+    g = load_topology("hgx-h100", {"nodes": "2"})
+    counts = {}
+    for overlap in (False, True):
+        lay = Layout(ep=16, dp=16, global_batch=32, precision="fp8", distributed_optimizer=True,
+                     ep_overlap=overlap)
+        res = simulate_step(g, "qwen3-30b-a3b", lay, record_trace=True)
+        by_rank = {}
+        for e in res.trace["traceEvents"]:
+            if e.get("ph") == "X" and e["cat"] == "ep":
+                by_rank.setdefault(e["pid"], []).append((e["ts"], e["ts"] + e["dur"]))
+        counts[overlap] = sorted(len(v) for v in by_rank.values())
+        if overlap:
+            for spans in by_rank.values():
+                spans.sort()
+                assert all(b[0] >= a[1] - 1e-6 for a, b in zip(spans, spans[1:]))
+    assert counts[True] == counts[False] and counts[True][0] > 0

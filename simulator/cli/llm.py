@@ -45,6 +45,9 @@ def add_llm_parser(subparsers) -> None:
                         "all-to-all of every token-expert copy) or hybridep (the flex "
                         "dispatcher's Hybrid-EP: a token crosses to another machine once and "
                         "is forwarded over NVLink); default alltoall")
+    p.add_argument("--ep-overlap", action="store_true",
+                   help="hide the expert all-to-alls behind other compute (Megatron-Core's "
+                        "overlap_moe_expert_parallel_comm, Megatron-Bridge's moe_a2a_overlap)")
     p.add_argument("--virtual-stages", default=None, metavar="N",
                    help="model chunks per pipeline stage (interleaved schedule)")
     p.add_argument("--micro-batch", default=None, metavar="N",
@@ -150,7 +153,8 @@ def layout_from_args(args):
                   fsdp=args.fsdp, distributed_optimizer=args.distributed_optimizer,
                   recompute=recompute, precision=args.precision, order=args.order,
                   expert_tp=getattr(args, "expert_tp", None),
-                  dispatcher=getattr(args, "dispatcher", None) or "alltoall", **extra)
+                  dispatcher=getattr(args, "dispatcher", None) or "alltoall",
+                  ep_overlap=bool(getattr(args, "ep_overlap", False)), **extra)
 
 
 def format_row(row: dict) -> str:

@@ -12,7 +12,8 @@ comparison says what it guessed:
   ``main_grads`` (gradients accumulated and reduced in fp32, bf16 or fp16: Megatron's
   ``grad_reduce_in_fp32``): ``auto``, Megatron-LM's default for the precision;
   ``dispatcher`` (the MoE token dispatcher, ``alltoall`` or ``hybridep``): ``alltoall``,
-  Megatron-Core's default;
+  Megatron-Core's default; ``moe_a2a_overlap`` (``true``/``false``: Megatron-Core's 1F1B
+  all-to-all overlap, the layout's ``ep_overlap``): false;
   ``expert_tp``: ``tp`` (Megatron's default); an MoE row with ``tp > 1`` runs with sequence
   parallelism (Megatron-Core refuses MoE with tensor parallelism without it), listed in
   ``assumed``;
@@ -48,8 +49,8 @@ __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_
 
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
-                     "dispatcher", "pp", "dp", "virtual_stages", "micro_batch", "global_batch",
-                     "recompute", "precision", "metric", "measured", "simulated", "error_pct",
+                     "dispatcher", "ep_overlap", "pp", "dp", "virtual_stages", "micro_batch",
+                     "global_batch", "recompute", "precision", "metric", "measured", "simulated", "error_pct",
                      "step_time_s", "hardware_tflops_per_gpu", "mfu_pct", "compute_s",
                      "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology",
                      "assumed", "skipped")
@@ -185,6 +186,8 @@ def row_layout(row):
     # the precision gradients are accumulated and reduced in (Megatron's grad_reduce_in_fp32)
     main_grads = _choice(_cell(row, "main_grads"), "main_grads", MAIN_GRADS, "auto")
     dispatcher = _choice(_cell(row, "dispatcher"), "dispatcher", DISPATCHERS, "alltoall")
+    overlap = _choice(_cell(row, "moe_a2a_overlap"), "moe_a2a_overlap",
+                      ("true", "false", "1", "0", "yes", "no"), "false")
     precision = _cell(row, "precision")
     precision = "bf16" if precision is None else _precision(precision)
     if _cell(row, "precision") is None:
@@ -196,7 +199,7 @@ def row_layout(row):
                     distributed_optimizer=False, recompute=recompute, precision=precision,
                     attention=_attention(row, assumed), main_grads=main_grads,
                     expert_tp=None if expert_tp is None else int(expert_tp),
-                    dispatcher=dispatcher)
+                    dispatcher=dispatcher, ep_overlap=overlap in ("true", "1", "yes"))
     return layout, assumed
 
 
@@ -329,7 +332,8 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
         try:
             layout, assumed = row_layout(row)
             base.update(tp=layout.tp, cp=layout.cp, ep=layout.ep, expert_tp=layout.etp,
-                        dispatcher=layout.dispatcher, pp=layout.pp, dp=layout.dp,
+                        dispatcher=layout.dispatcher, ep_overlap=layout.ep_overlap, pp=layout.pp,
+                        dp=layout.dp,
                         virtual_stages=layout.virtual_stages, micro_batch=layout.micro_batch,
                         global_batch=layout.global_batch, recompute=layout.recompute,
                         precision=layout.precision, assumed=" ".join(assumed))

@@ -32,7 +32,16 @@ before and reduce-scatter after each of attention and MLP, their conjugates back
 second all-gather of the sharded input in backward for the weight gradient, overlapped with
 the input-gradient GEMM). The input-gradient all-reduce (reduce-scatter with SP) is overlapped
 with the weight-gradient GEMM, as Megatron's ``LinearWithGradAccumulationAndAsyncCommunication``
-does. With ``layout.tp_overlap`` every TP collective is marked overlapped (userbuffers).
+does. With ``layout.tp_overlap`` every TP collective is marked overlapped (userbuffers). With
+``layout.ep_overlap`` (Megatron-Core's 1F1B all-to-all overlap) every expert exchange is marked
+overlapped: the chunk goes on computing and ends when its exchanges have ended too, so a chunk
+takes about the longer of its compute and its all-to-alls. A rank runs its exchanges one at a
+time, in order, as Megatron-Core puts every dispatch and combine on one communication stream
+(Megatron-LM @d98e8a64 ``megatron/core/models/common/model_chunk_schedule_plan.py``: their nodes
+on ``get_comm_stream()``, one stream per process, ``pipeline_parallel/utils.py``
+``set_streams``; :data:`.step.SERIAL_STREAMS`). Megatron pairs one micro-batch's
+forward with another's backward layer by layer instead; the two agree when either side
+dominates, and the model does not slow compute for the SMs the exchanges occupy.
 
 Context parallelism is modelled as the *all-gather* variant (Llama 3 paper, Section 3.3.2; Megatron
 ``--cp-comm-type a2a``/``allgather`` options): one all-gather of K and V per layer forward and one
@@ -144,6 +153,8 @@ class _Ctx:
         if degree <= 1:
             return []
         if group == "tp" and self.layout.tp_overlap:
+            overlapped = True
+        if group in ("ep", "ep_rail", "ep_node") and self.layout.ep_overlap:
             overlapped = True
         return [Op(name, group, 0.0, Comm(group, collective, int(size), overlapped))]
 

@@ -13,7 +13,11 @@ expert_tp 1`` on 16 data-parallel replicas). ``dispatcher`` is how MoE layers mo
 their experts (:data:`DISPATCHERS`): Megatron-Core's ``alltoall`` token dispatcher (an NCCL
 all-to-all of every token-expert copy) or its ``flex`` dispatcher with the ``hybridep`` backend
 (DeepEP's Hybrid-EP: a token crosses to another machine once, to the GPU of its own rail, and
-is forwarded over NVLink to each GPU holding one of its experts, once per GPU).
+is forwarded over NVLink to each GPU holding one of its experts, once per GPU). ``ep_overlap``
+is Megatron-Core's ``overlap_moe_expert_parallel_comm`` (Megatron-Bridge's ``moe_a2a_overlap``:
+the 1F1B all-to-all overlap, which runs one micro-batch's forward against another's backward so
+that each one's expert all-to-alls hide behind the other's compute); the model marks the expert
+exchanges overlapped within their chunk (:mod:`.costs`).
 
 The rest says how the step runs: micro-batch and global batch (micro-batches per pipeline =
 global / (dp x micro)), the pipeline schedule (``gpipe``, ``1f1b``, ``interleaved`` with
@@ -71,6 +75,7 @@ class Layout:
     main_grads: str = "auto"          # see MAIN_GRADS
     expert_tp: int | None = None      # expert tensor parallelism (None: tp, Megatron's default)
     dispatcher: str = "alltoall"      # MoE token dispatcher, see DISPATCHERS
+    ep_overlap: bool = False          # expert all-to-alls hidden behind other compute (below)
 
     @property
     def gpus(self) -> int:
@@ -186,6 +191,17 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
     if model.ffn_hidden % tp:
         raise ConfigError(f"{model.name}: ffn_hidden {model.ffn_hidden} is not divisible by "
                           f"tp = {tp}")
+    if layout.ep_overlap:
+        # Megatron-Core's checks for overlap_moe_expert_parallel_comm (as Megatron-Bridge's
+        # skills/perf-expert-parallel-overlap/SKILL.md @21d102f5 lists them)
+        if layout.ep < 2:
+            raise ConfigError("ep_overlap (moe_a2a_overlap) needs expert parallelism: ep > 1")
+        if layout.pp > 1 and layout.virtual_stages < 2:
+            raise ConfigError("ep_overlap (moe_a2a_overlap) with pp > 1 needs virtual stages "
+                              "(the interleaved schedule), as Megatron-Core requires")
+        if layout.recompute == "full":
+            raise ConfigError("ep_overlap (moe_a2a_overlap) does not run with full recompute "
+                              "(Megatron-Core refuses it)")
     if layout.dispatcher not in DISPATCHERS:
         raise ConfigError(f"layout dispatcher {layout.dispatcher!r}: expected one of "
                           f"{', '.join(DISPATCHERS)}")

@@ -161,6 +161,12 @@ def _stream(group: str) -> str:
     return group.split("_")[0]
 
 
+#: Stream kinds whose overlapped collectives a rank runs one at a time, in issue order (the
+#: expert all-to-alls of Megatron-Core's ``overlap_moe_expert_parallel_comm``, on one
+#: communication stream); other overlapped collectives start as soon as their group has arrived.
+SERIAL_STREAMS = ("ep",)
+
+
 def _part(group: str) -> str:
     return f"exposed_{_stream(group)}_s"
 
@@ -384,7 +390,7 @@ class _Step:
             st = self.coord[r]["pp"]
             self.rs[r] = {"ops": self.orders[st], "i": 0, "seg": None, "j": 0, "t0": 0.0,
                           "pending": 0, "chunk_wait": None, "buckets_left": 0,
-                          "gathered": {}, "gather_wait": None, "phase": "run"}
+                          "gathered": {}, "gather_wait": None, "phase": "run", "queued": {}}
             if self.zero3:
                 self.issue_gather(r, 0)
         for r in self.ranks:
@@ -481,7 +487,12 @@ class _Step:
         self.end_op(r)
 
     def issue(self, r: int, comm, name: str) -> bool:
-        """Rank r reaches collective ``comm``; True when its compute stream must wait."""
+        """Rank r reaches collective ``comm``; True when its compute stream must wait.
+
+        An overlapped collective of a group kind in :data:`SERIAL_STREAMS` goes on the rank's
+        one stream of that kind: it joins its group only when the rank's previous one there
+        has ended (Megatron-Core issues a rank's expert all-to-alls in order on one
+        communication stream), so a rank has at most one in flight."""
         g = self.group(comm.group, r)
         if len(g) <= 1:
             return False
@@ -489,33 +500,52 @@ class _Step:
         n = self.seq.get(k, 0)
         self.seq[k] = n + 1
         inst = (comm.group, g[0], n)
-        arrived = self.arrivals.setdefault(inst, [])
-        arrived.append((r, self.env.now, comm.overlapped))
         s = self.rs[r]
         if comm.overlapped:
             s["pending"] += 1
-        if len(arrived) == len(g):
-            del self.arrivals[inst]
-            flows = self.plan(comm.group, comm.collective, g, comm.size_bytes)
-
-            def done(arrived=arrived, comm=comm, name=name):
-                now = self.env.now
-                for m, since, overlapped in arrived:
-                    ms = self.rs[m]
-                    self.record(m, _stream(comm.group), name, since, now)
-                    if overlapped:
-                        ms["pending"] -= 1
-                        if ms["chunk_wait"] is not None and ms["pending"] == 0:
-                            t0 = ms["chunk_wait"]
-                            ms["chunk_wait"] = None
-                            self.acc[m][_part(comm.group)] += now - t0
-                            self.end_op(m)
-                    else:
-                        self.acc[m][_part(comm.group)] += now - since
-                        self.next_segment(m)
-
-            self.flows.start(flows, _bundle(done), comm.group)
+            stream = _stream(comm.group)
+            if stream in SERIAL_STREAMS:
+                queue = s["queued"].setdefault(stream, [])
+                queue.append((inst, g, comm, name))
+                if len(queue) == 1:
+                    self.arrive(r, inst, g, comm, name)
+                return False
+        self.arrive(r, inst, g, comm, name)
         return not comm.overlapped
+
+    def arrive(self, r: int, inst: tuple, g: tuple, comm, name: str) -> None:
+        """Rank r joins collective instance ``inst`` of group ``g`` now; the last to join
+        starts its flows."""
+        arrived = self.arrivals.setdefault(inst, [])
+        arrived.append((r, self.env.now, comm.overlapped))
+        if len(arrived) < len(g):
+            return
+        del self.arrivals[inst]
+        flows = self.plan(comm.group, comm.collective, g, comm.size_bytes)
+
+        def done(arrived=arrived, comm=comm, name=name):
+            now = self.env.now
+            stream = _stream(comm.group)
+            for m, since, overlapped in arrived:
+                ms = self.rs[m]
+                self.record(m, stream, name, since, now)
+                if overlapped:
+                    queue = ms["queued"].get(stream)
+                    if queue:
+                        queue.pop(0)
+                        if queue:
+                            self.arrive(m, *queue[0])
+                    ms["pending"] -= 1
+                    if ms["chunk_wait"] is not None and ms["pending"] == 0:
+                        t0 = ms["chunk_wait"]
+                        ms["chunk_wait"] = None
+                        self.acc[m][_part(comm.group)] += now - t0
+                        self.end_op(m)
+                else:
+                    self.acc[m][_part(comm.group)] += now - since
+                    self.next_segment(m)
+
+        self.flows.start(flows, _bundle(done), comm.group)
 
     def end_op(self, r: int) -> None:
         s = self.rs[r]
