@@ -50,10 +50,10 @@ __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
                      "dispatcher", "ep_overlap", "pp", "dp", "virtual_stages", "micro_batch",
-                     "global_batch", "recompute", "precision", "metric", "measured", "simulated", "error_pct",
-                     "step_time_s", "hardware_tflops_per_gpu", "mfu_pct", "compute_s",
-                     "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "bubble_s", "topology",
-                     "assumed", "skipped")
+                     "global_batch", "recompute", "precision", "metric", "measured", "simulated",
+                     "error_pct", "step_time_s", "hardware_tflops_per_gpu", "mfu_pct",
+                     "compute_s", "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "bubble_s",
+                     "topology", "assumed", "skipped")
 
 #: measured column -> (metric name, simulated row column, higher is better)
 _METRICS = {

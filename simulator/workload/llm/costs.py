@@ -91,7 +91,7 @@ from .compute import (Kernel, KernelTable, adam, attention, elementwise, gemm, k
 from .layout import Layout, check_layout, main_grad_bytes
 from .memory import chunk_layers, chunk_params, uses_flash
 from .model import TransformerConfig, model_flops_per_step
-from .work import ChunkWork, Comm, Op, StepWork
+from .work import ChunkWork, Comm, Op, StepWork, stream_of
 
 __all__ = ["step_work", "UNFUSED_SCORE_BYTES", "UNFUSED_SCORE_BYTES_BWD",
            "FP8_CAST_TRANSPOSE_BYTES", "FP8_HEAD_PRECISION"]
@@ -154,7 +154,7 @@ class _Ctx:
             return []
         if group == "tp" and self.layout.tp_overlap:
             overlapped = True
-        if group in ("ep", "ep_rail", "ep_node") and self.layout.ep_overlap:
+        if stream_of(group) == "ep" and self.layout.ep_overlap:
             overlapped = True
         return [Op(name, group, 0.0, Comm(group, collective, int(size), overlapped))]
 

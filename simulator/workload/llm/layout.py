@@ -17,7 +17,8 @@ is forwarded over NVLink to each GPU holding one of its experts, once per GPU). 
 is Megatron-Core's ``overlap_moe_expert_parallel_comm`` (Megatron-Bridge's ``moe_a2a_overlap``:
 the 1F1B all-to-all overlap, which runs one micro-batch's forward against another's backward so
 that each one's expert all-to-alls hide behind the other's compute); the model marks the expert
-exchanges overlapped within their chunk (:mod:`.costs`).
+exchanges overlapped within their chunk, run one at a time on the rank's communication stream
+(:mod:`.costs`).
 
 The rest says how the step runs: micro-batch and global batch (micro-batches per pipeline =
 global / (dp x micro)), the pipeline schedule (``gpipe``, ``1f1b``, ``interleaved`` with

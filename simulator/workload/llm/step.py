@@ -77,7 +77,7 @@ from .layout import Layout, bucket_bytes_of
 from .placement import Placement, place
 from .schedule import stage_orders
 from .steady import TOLERANCE, Unsteady, Window, extend, windows
-from .work import StepWork
+from .work import StepWork, stream_of
 
 __all__ = ["StepResult", "simulate_step", "STEP_COLUMNS", "BREAKDOWN_COLUMNS"]
 
@@ -155,12 +155,6 @@ def _check_work(work: StepWork, layout: Layout) -> None:
                           f"{layout.virtual_stages}")
 
 
-def _stream(group: str) -> str:
-    """The stream (and breakdown part) of a group kind: the hybridep dispatcher's ``ep_rail``
-    and ``ep_node`` groups are expert parallelism's."""
-    return group.split("_")[0]
-
-
 #: Stream kinds whose overlapped collectives a rank runs one at a time, in issue order (the
 #: expert all-to-alls of Megatron-Core's ``overlap_moe_expert_parallel_comm``, on one
 #: communication stream); other overlapped collectives start as soon as their group has arrived.
@@ -168,7 +162,7 @@ SERIAL_STREAMS = ("ep",)
 
 
 def _part(group: str) -> str:
-    return f"exposed_{_stream(group)}_s"
+    return f"exposed_{stream_of(group)}_s"
 
 
 class _Step:
@@ -503,7 +497,7 @@ class _Step:
         s = self.rs[r]
         if comm.overlapped:
             s["pending"] += 1
-            stream = _stream(comm.group)
+            stream = stream_of(comm.group)
             if stream in SERIAL_STREAMS:
                 queue = s["queued"].setdefault(stream, [])
                 queue.append((inst, g, comm, name))
@@ -525,7 +519,7 @@ class _Step:
 
         def done(arrived=arrived, comm=comm, name=name):
             now = self.env.now
-            stream = _stream(comm.group)
+            stream = stream_of(comm.group)
             for m, since, overlapped in arrived:
                 ms = self.rs[m]
                 self.record(m, stream, name, since, now)

@@ -32,6 +32,12 @@ GROUPS = ("tp", "cp", "ep", "dp", "pp")
 COLLECTIVES = ("allreduce", "reducescatter", "allgather", "alltoall", "sendrecv")
 
 
+def stream_of(group: str) -> str:
+    """The stream (and breakdown part) of a group kind: the Hybrid-EP dispatcher's ``ep_rail``
+    and ``ep_node`` groups are expert parallelism's ``ep``."""
+    return group.split("_")[0]
+
+
 @dataclass(frozen=True)
 class Comm:
     """One communication call issued by every rank of a ``group``.
