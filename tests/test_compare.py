@@ -678,8 +678,12 @@ REGRESSION = {
     # this untuned RoCE run (measured 90-600 us at 8 B); latency calibration is the fix.
     ("nccl_deepops_dgx1_v100_2node_roce100g.csv", "dgx1-v100-2node-roce"):
         {"<64KiB": 80.0, "64KiB-1MiB": 60.6, ">=1MiB": 16.6},
+    # 64 KiB - 1 MiB 16.4 -> 21.7 when a GPU's block to itself stopped riding the staged path
+    # to host memory and back (routing.py, rule 6): the all-to-all rows had carried twice their
+    # bytes over the switch's down link, which hid that the staged path runs too fast here (the
+    # all-gather rows, 35-45 % too fast); the all-to-all now times as the all-gather does.
     ("nccl_autodl_2x2080ti_pcie_nop2p.csv", "pcie-2x-2080ti"):
-        {"<64KiB": 15.6, "64KiB-1MiB": 16.4, ">=1MiB": 26.9},
+        {"<64KiB": 15.6, "64KiB-1MiB": 21.7, ">=1MiB": 26.9},
 }
 
 

@@ -494,6 +494,28 @@ def test_without_p2p_gpu_traffic_is_staged_through_host_memory():
         load_topology("pcie-2x-2080ti", {"p2p": "sometimes"})
 
 
+@pytest.mark.parametrize("engine", ["event", "auto"])
+def test_without_p2p_a_gpus_own_block_is_not_staged(engine):
+    """A rank's block to itself is a copy in its own memory (NCCL's send to self has no
+    transport): on a machine without PCIe peer-to-peer it must not ride the staged path up to
+    host memory and back. A 2-GPU all-to-all of S bytes then moves S/2 each way, and both
+    directions share the switch's down link: S / bw + the path's latency, not 2 S / bw."""
+    from simulator.topology.routing import Router
+
+    box = load_topology("pcie-2x-2080ti", {})
+    router = Router(box)
+    assert router.path("n0.gpu0", "n0.gpu0").links == ()
+    assert router.path("n0.gpu1", "n0.gpu1").links == ()
+    size = 1 << 30
+    down = box.edges["n0.bridge", "n0.pcie0"]["bandwidth_bytes_per_s"]
+    latency = router.path("n0.gpu0", "n0.gpu1").latency_s
+    a2a = run_collective(box, "alltoall", "direct", size, library="ideal", engine=engine)
+    assert a2a.row["time_s"] == pytest.approx(size / down + latency, rel=1e-9)
+    # the same bytes as the all-gather whose output is S: each rank's half to the other
+    gather = run_collective(box, "allgather", "direct", size, library="ideal", engine=engine)
+    assert a2a.row["time_s"] == pytest.approx(gather.row["time_s"], rel=1e-9)
+
+
 def test_training_buckets_go_through_the_library(capsys):
     argv = ["train", "--topology", "dgx-a100", "--param", "nodes=2", "--model", "resnet50",
             "--gpus", "16", "--aggregation", "ring", "--bucket", "1MiB", "--format", "csv"]

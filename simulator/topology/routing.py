@@ -310,8 +310,11 @@ class Router:
 
     def _staging_cpu(self, src: str, dst: str):
         """The ``cpu`` node that stages GPU-to-GPU traffic inside a machine without PCIe
-        peer-to-peer (rule 6), else None."""
-        if (self.graph.graph.get("params") or {}).get("p2p", True):
+        peer-to-peer (rule 6), else None. A GPU's traffic to itself is not staged: it is a copy
+        in its own memory and crosses no link (:meth:`path`: ``src == dst`` gives an empty
+        path), as NCCL's send to self, which its kernel copies on the device without a
+        transport (``addP2pToPlan``: ``selfSend``, no proxy op; ``src/enqueue.cc`` v2.27.7-1)."""
+        if src == dst or (self.graph.graph.get("params") or {}).get("p2p", True):
             return None
         nodes = self.graph.nodes
         a, b = nodes[src], nodes[dst]

@@ -40,11 +40,13 @@ Achievable fractions, by op class (:data:`GPU_RATES`; each row says where its nu
 * **Attention** (fused, causal): FlashAttention-2 (Dao 2023, arXiv 2307.08691: "50-73 % of the
   theoretical maximum FLOPs/s on A100"; FA2 requires Ampere or newer) and FlashAttention-3 (Shah
   et al. 2024, arXiv 2407.08608: "FP16 reaching up to 740 TFLOPs/s (75 % utilization)" on H100,
-  FP8 "close to 1.2 PFLOPs/s"). FLOPs follow the FlashAttention benchmarks' convention
+  FP8 "close to 1.2 PFLOPs/s"); on Blackwell the forward takes FlashAttention-4's "up to 1613
+  TFLOPs/s (71% utilization)" on B200 (Zadouri et al. 2026, arXiv 2603.05451), an upper bound
+  for the cuDNN kernels Transformer Engine runs, which FA4 beats by "up to 1.3x". FLOPs follow the FlashAttention benchmarks' convention
   (``benchmarks/benchmark_flash_attention.py``): forward ``4·b·s_q·s_kv·heads·d``, halved for
   the causal mask, backward 2.5x that (five matrix products against two), so the published
   fractions apply directly. Forward takes the top of the FA2 range, backward its bottom (the
-  slower pass); Hopper's backward fraction is an assumption (see the row). Attention stays in
+  slower pass); Hopper's and Blackwell's backward fractions are assumptions (see the rows). Attention stays in
   bf16 under fp8 recipes (Transformer Engine keeps dot-product attention in bf16 by default).
   V100 (and older) run unfused attention: two batched GEMMs and memory-bound softmax/dropout
   passes over the ``s x s`` scores.
@@ -135,6 +137,11 @@ _FA3 = ("FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): forward up to 74
         "= 0.75 of 989.5; backward 0.50 ASSUMED (FA2's A100 bottom; the FA3 paper's backward "
         "figures were not copied)")
 
+_FA4 = ("0.71: FlashAttention-4 (Zadouri et al. 2026, arXiv 2603.05451), abstract: 'up to 1613 "
+        "TFLOPs/s (71% utilization)' on B200 with BF16, the best published B200 attention "
+        "kernel and 'up to 1.3x' faster than cuDNN 9.13, which Transformer Engine runs there: "
+        "an upper bound on the rate a training step's attention gets")
+
 GPU_RATES: dict[str, GpuRates] = {
     "a100-sxm4-40gb": GpuRates(0.869, None, "flash2", 0.73, 0.50,
                                f"GEMM: {_MAMF}, A100 SXM 271.2 / 312. Attention: {_FA2}."),
@@ -149,9 +156,10 @@ GPU_RATES: dict[str, GpuRates] = {
     "gh200-96gb": GpuRates(0.838, 0.776, "flash3", 0.75, 0.50,
                            f"GEMM: {_MAMF}, GH200 bf16 828.6 / 989, fp8 1535 / 1979 (the 141 GB "
                            f"version). Attention: {_FA3}."),
-    "b200-sxm-180gb": GpuRates(0.776, 0.763, "flash3", 0.75, 0.50,
+    "b200-sxm-180gb": GpuRates(0.776, 0.763, "flash3", 0.71, 0.50,
                                f"GEMM: {_MAMF}, B200 bf16 1745 / 2250, fp8 3432.5 / 4500. "
-                               f"Attention: ASSUMED the H100 FA3 fractions ({_FA3})."),
+                               f"Attention: forward {_FA4}; backward 0.50 ASSUMED (FA2's A100 "
+                               f"bottom, as Hopper's)."),
     "l40s-48gb": GpuRates(0.803, 0.709, "flash2", 0.73, 0.50,
                           f"GEMM: ASSUMED the H100 SXM MAMF fractions (no L40S row in {_MAMF}). "
                           f"Attention: {_FA2} (Ada runs FA2)."),
