@@ -23,7 +23,9 @@ on NVLink, arrive this way; ``channels`` is then ``len(orders)`` and ``local_ran
 Broadcast and reduce run as a pipeline along the chain ``root, root+1, ..., root-1`` (the ring
 with one edge unused): broadcast copies the message down the chain, reduce adds it up towards the
 root. Both take ``p-1`` whole-message steps and are efficient only when sliced (``--slices k``:
-``(p-1+k-1)·(alpha + n·beta/k)``). They reuse the tree emitter of :mod:`.tree` on a chain.
+``(p-1+k-1)·(alpha + n·beta/k)``). They reuse the tree emitter of :mod:`.tree` on a chain. With
+several channels every channel carries its part of the message down its own ring's chain, so
+the chains leave a machine through different GPUs and NICs, as the all-reduce's rings do.
 """
 
 from __future__ import annotations
@@ -101,13 +103,23 @@ def channel_orders(p: int, channels: int | None, local_ranks: int | None,
     return result
 
 
+def _chain_from(order: np.ndarray, root: int):
+    """The chain along the ring ``order`` from ``root``: root, its successor, ..., its
+    predecessor (the ring with its edge into the root unused)."""
+    start = int(np.flatnonzero(np.asarray(order) == root)[0])
+    return chain(len(order)).relabel(np.roll(np.asarray(order, dtype=np.int64), -start))
+
+
 def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
          channels: int | None = None, local_ranks: int | None = None,
          orders=None, barriers: bool = False) -> Schedule:
     """Ring reduce-scatter, all-gather, or both (all-reduce); chain broadcast and reduce.
 
-    ``orders`` (one permutation of the ranks per channel) overrides the index order; broadcast
-    and reduce ignore it (and ``channels``) and keep their chain ``root, root+1, ...``.
+    ``orders`` (one permutation of the ranks per channel) overrides the index order. Broadcast
+    and reduce run one chain per channel, along that channel's ring from the root, each
+    carrying an equal part of the message on its own channel, as NCCL splits a broadcast over
+    its ring channels (``broadcast.h``: ``runRing`` per channel); with one channel in index
+    order that is the chain ``root, root+1, ...``.
 
     ``barriers=True`` makes the steps bulk-synchronous: the transfers are listed step by step
     (all channels' step ``k`` before step ``k+1``) and every step after the first opens with a
@@ -122,7 +134,8 @@ def ring(collective: str, ranks: int, size_bytes: int, root: int | None = None,
     orders = channel_orders(p, channels, local_ranks, orders)
     channels = len(orders)
     if collective in ROOTED:
-        return tree_schedule(collective, "ring", p, size_bytes, [chain(p).rooted_at(root)])
+        return tree_schedule(collective, "ring", p, size_bytes,
+                             [_chain_from(order, root) for order in orders])
     parts = []
     if collective in ("allreduce", "reduce_scatter"):
         parts.append(_ring_steps(p, 0, lambda r, k: r - k - 1, True, 0))
