@@ -392,6 +392,30 @@ def test_tree_pipelines_nccls_chunks():
     assert plan.options["segments"] == -(-per_tree // 72000)
 
 
+def test_ll_trees_forward_one_trip_of_the_block_at_a_time():
+    """LL is not stored and forwarded by the chunk: a thread forwards its line as soon as the
+    line's flag arrives (prims_ll.h LLGenericOp), so the engine's LL tree segments are one trip
+    of the block (512 threads x 8 bytes = 4 KiB), not NCCL's 32 KiB chunk, and a mid-size LL
+    tree gets cheaper per byte than one stored and forwarded hop by hop."""
+    from simulator.library.nccl import LL_TRIP_BYTES
+
+    graph = load_topology("hgx-h100", {"nodes": 4})
+    lib = get_library("nccl")
+    assert LL_TRIP_BYTES == 4096
+    times = {}
+    for size in (1 << 17, 1 << 19):
+        plan = lib.plan(graph, "allreduce", "tree", size, 32, protocol="LL")
+        per_tree = -(-size // (2 * plan.options["channels"]))
+        assert plan.options["segments"] == min(64, -(-per_tree // LL_TRIP_BYTES))
+        run = run_collective(graph, "allreduce", "tree", size, gpus=32, library="nccl",
+                             protocol="LL")
+        times[size] = (run.row["time_s"], run.plan.predicted_time_s)
+    slope = times[1 << 19][0] - times[1 << 17][0]
+    nccl_slope = times[1 << 19][1] - times[1 << 17][1]
+    # the per-byte cost stays near NCCL's line (whole 32 KiB chunks per hop made it 2.1x)
+    assert slope < 1.4 * nccl_slope
+
+
 # -- LL128 on one A100 machine ---------------------------------------------------------------
 
 A100_80 = load_topology("dgx-a100", {"gpu": "a100-sxm4-80gb"})

@@ -104,6 +104,10 @@ MAX_TREE_SEGMENTS = 64
 #: engine's bandwidth term is the pipelined rate NCCL's model assumes; NCCL's own shortfall
 #: for mid sizes is its treeCorrectionFactor, applied to the rate).
 TREE_SEGMENT_BYTES = 4096
+#: Payload one trip of an LL thread block forwards: every thread one 16-byte line carrying 8
+#: bytes of data (``NCCL_LL_MAX_NTHREADS`` 512 threads x ``EltPerLine`` 8 bytes; NVIDIA/nccl
+#: v2.27.7-1 ``src/device/prims_ll.h`` ``LLGenericOp``: ``eltPerTrip = nthreads*EltPerLine``).
+LL_TRIP_BYTES = THREADS["LL"] * 8
 #: NVLS moves data in chunks of ``NCCL_NVLS_CHUNKSIZE``, default 128 KiB
 #: (``src/transport/nvls.cc``, 2.30.7); the engine pipelines at most MAX_TREE_SEGMENTS of them.
 NVLS_CHUNK_BYTES = 128 * 1024
@@ -982,6 +986,12 @@ class NcclLibrary:
             segment = tree_chunk = tree_chunk_bytes(
                 c.protocol, int(size_bytes), c.channels, facts.nodes, facts.ranks_per_node,
                 self._simple_buffer(facts), self.release)
+            if c.protocol == "LL":
+                # LL is not stored and forwarded by the chunk: every thread reads its line as
+                # soon as the line's flag arrives, reduces it and stores it to the next peer
+                # in the same pass (prims_ll.h LLGenericOp), so a chunk crosses a hop one trip
+                # of the thread block at a time
+                segment = LL_TRIP_BYTES
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
             chains = (self._tree_chains(graph, gpus, tree_channels, local) if facts.nodes > 1
