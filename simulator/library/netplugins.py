@@ -338,8 +338,11 @@ EFA_P4D_READ_EXTRA_US = 20.0
 #: (``efa_base_ep_support_op_in_order_aligned_128_bytes(..., IBV_WR_RDMA_READ)``, v1.20.0
 #: ``prov/efa/src/efa_base_ep.c``:363; since libfabric f08ec6a6c, 2025-11-12, never), and the
 #: plugin otherwise sets ``NCCL_PROTO=simple`` itself (``configure_nccl_proto``, aws-ofi-nccl
-#: v1.7.0 to v1.14.0 ``src/platform-aws.c``, later ``platform-aws.cpp``). Only p5 with the
-#: RDMA protocol skips the check (aws/aws-ofi-nccl PR #280, 2023-09-29). Before the plugin did
+#: v1.7.0 to v1.14.0 ``src/platform-aws.c``, later ``platform-aws.cpp``). p5 with the RDMA
+#: protocol skipped the check from PR #280 (2023-09-29) until v1.11.0-aws, where ece41f0c
+#: (2024-08-06) removed the skip because "EFA now reports WRITE_IN_ORDER_ALIGNED_128_BYTES for
+#: this platform": p5 passes the check and keeps LL and LL128 (``efa2``); only p5en skips it
+#: (ef08e658, the same day, to v1.18.0). Before the plugin did
 #: it, AWS told users to: "NCCL_PROTO=simple is a must to ensure data consistency when using
 #: EFA as a network provider. EFA doesn't support LL and LL128 variants" (aws/aws-ofi-nccl
 #: issue #76, 2021-12-17). A p4d.24xlarge log with aws-ofi-nccl 1.16.2 and libfabric 2.1
