@@ -42,14 +42,15 @@ Achievable fractions, by op class (:data:`GPU_RATES`; each row says where its nu
   et al. 2024, arXiv 2407.08608: "FP16 reaching up to 740 TFLOPs/s (75 % utilization)" on H100,
   FP8 "close to 1.2 PFLOPs/s"); on Blackwell the forward takes FlashAttention-4's "up to 1613
   TFLOPs/s (71% utilization)" on B200 (Zadouri et al. 2026, arXiv 2603.05451), an upper bound
-  for the cuDNN kernels Transformer Engine runs, which FA4 beats by "up to 1.3x". FLOPs follow the FlashAttention benchmarks' convention
-  (``benchmarks/benchmark_flash_attention.py``): forward ``4·b·s_q·s_kv·heads·d``, halved for
-  the causal mask, backward 2.5x that (five matrix products against two), so the published
-  fractions apply directly. Forward takes the top of the FA2 range, backward its bottom (the
-  slower pass); Hopper's and Blackwell's backward fractions are assumptions (see the rows). Attention stays in
-  bf16 under fp8 recipes (Transformer Engine keeps dot-product attention in bf16 by default).
-  V100 (and older) run unfused attention: two batched GEMMs and memory-bound softmax/dropout
-  passes over the ``s x s`` scores.
+  for the cuDNN kernels Transformer Engine runs, which FA4 beats by "up to 1.3x". FLOPs follow
+  the FlashAttention benchmarks' convention (``benchmarks/benchmark_flash_attention.py``):
+  forward ``4·b·s_q·s_kv·heads·d``, halved for the causal mask, backward 2.5x that (five matrix
+  products against two), so the published fractions apply directly. Forward takes the top of
+  the FA2 range, backward its bottom (the slower pass); Hopper's and Blackwell's backward
+  fractions are assumptions (see the rows). Attention stays in bf16 under fp8 recipes
+  (Transformer Engine keeps dot-product attention in bf16 by default). V100 (and older) run
+  unfused attention: two batched GEMMs and memory-bound softmax/dropout passes over the
+  ``s x s`` scores.
 * **Element-wise** (norms, activations, dropout + residual, softmax, cross-entropy, embedding
   gather, optimizer): memory-bound at the device's achieved HBM fraction
   (:data:`simulator.workload.compute.DEVICE_EFFICIENCY`, with its source), bytes from shapes.
