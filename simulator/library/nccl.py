@@ -311,7 +311,8 @@ def link_rate(kind: str, bandwidth_bytes_per_s: float, facts: MachineFacts,
     return bandwidth_bytes_per_s * link_efficiency(kind, facts)
 
 
-def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list | None:
+def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int,
+                one_machine: bool = False) -> list | None:
     """Each tree channel's chain through a machine (local GPU indices, head first) as NCCL
     builds it, or None where that is the default rotation (``c x local // channels`` onwards).
 
@@ -326,6 +327,11 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
     rotation stands, except that a head farther from every NIC than its machine's closest
     GPUs (eight GPUs sharing one NIC) becomes the next GPU in chain order that is closest, not
     one across the host bridge or the CPU sockets.
+
+    ``one_machine``: a call inside one machine, whose tree NCCL searches over the GPUs' links
+    alone (no NIC): on a point-to-point machine the chains are its NVLink rings
+    (:func:`~simulator.topology.rings.ring_orders`' ``nvlink-rings``) opened at their first
+    GPU; anywhere else the rotation stands.
     """
     default = [[(c * local // channels + i) % local for i in range(local)]
                for c in range(channels)]
@@ -335,10 +341,13 @@ def tree_chains(graph: nx.DiGraph, gpus: int, channels: int, local: int) -> list
     direct = all(graph.has_edge(machine[a], machine[b])
                  for chain in default for a, b in zip(chain, chain[1:]))
     plan = ring_orders(graph, gpus) if not direct else None
-    if plan is not None and plan.method == "nic-paths" and plan.orders:
+    method = "nvlink-rings" if one_machine else "nic-paths"
+    if plan is not None and plan.method == method and plan.orders:
         chains = [list(plan.orders[c % len(plan.orders)][:local]) for c in range(channels)]
         if all(sorted(chain) == list(range(local)) for chain in chains):
             return None if chains == default else chains
+    if one_machine:
+        return None
     # hops to the machine's nearest NIC, as the ring search ranks GPUs for a NIC
     index = graph.nodes[machine[0]].get("node_index", 0)
     nics = [n for n, a in graph.nodes(data=True)
@@ -994,8 +1003,8 @@ class NcclLibrary:
                 segment = LL_TRIP_BYTES
             options.update(channels=tree_channels, local_ranks=local,
                            segments=max(1, min(MAX_TREE_SEGMENTS, -(-per_tree // segment))))
-            chains = (self._tree_chains(graph, gpus, tree_channels, local) if facts.nodes > 1
-                      else None)
+            chains = self._tree_chains(graph, gpus, tree_channels, local,
+                                       one_machine=facts.nodes == 1)
             # the call's channels as NCCL runs them (the search's, doubled, fewer for a small
             # call), each one thread block at one channel's rate, as on a ring
             runtime = planned_channels(self.release, collective, c.protocol, int(size_bytes),
@@ -1134,12 +1143,13 @@ class NcclLibrary:
             speed *= LL128_RING_CHANNEL_RATE.get(gen, 1.0)
         return speed / 2.0
 
-    def _tree_chains(self, graph: nx.DiGraph, gpus: int, channels: int, local: int):
+    def _tree_chains(self, graph: nx.DiGraph, gpus: int, channels: int, local: int,
+                     one_machine: bool = False):
         """:func:`tree_chains`, kept per graph (the ring search behind it is not free)."""
-        key = ("chains", id(graph), gpus, channels, local)
+        key = ("chains", id(graph), gpus, channels, local, one_machine)
         cached = self._graphs.get(key)
         if cached is None or cached[0] is not graph:
-            cached = (graph, tree_chains(graph, gpus, channels, local))
+            cached = (graph, tree_chains(graph, gpus, channels, local, one_machine))
             self._graphs[key] = cached
         return cached[1]
 
