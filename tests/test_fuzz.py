@@ -31,7 +31,7 @@ LOGS = sorted((DATA / "nccl_logs").glob("*"))
 CASES = {"scenario": 0, "topology": 0, "csv": 0, "log": 0, "bytes": 0}
 RAW_FILES = ([ROOT / "scenarios" / n for n in ("quickstart.yaml", "nudt_ps_vs_ring.yaml")]
              + [ROOT / "topologies" / n for n in ("dgx-a100.yaml", "pcie-2x-2080ti.yaml")]
-             + CSVS[:1])
+             + sorted((DATA / "measurements").glob("nccl_*.csv"))[:1])
 FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
@@ -136,6 +136,17 @@ def test_fuzz_measurement_csvs(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("csv") / "fuzz.csv"
     path.write_text(text)
     expect_clean(read_measurements, str(path))
+
+
+@FUZZ
+@given(corrupted_text(sorted((DATA / "measurements").glob("layer_*.csv"))))
+def test_fuzz_layer_tables(tmp_path_factory, text):
+    from simulator.measure.layer_table import read_layer_table
+
+    CASES["csv"] += 1
+    path = tmp_path_factory.mktemp("layers") / "fuzz.csv"
+    path.write_text(text)
+    expect_clean(read_layer_table, str(path))
 
 
 @FUZZ

@@ -352,7 +352,7 @@ def test_cli_training_mistakes_are_one_line(tmp_path, args, needle):
 
 def test_training_flags_on_a_collective_file_are_refused():
     points = Path(__file__).parent / "data" / "measurements"
-    csv = next(iter(sorted(points.glob("*.csv"))))
+    csv = next(iter(sorted(points.glob("nccl_*.csv"))))
     done = _cli("compare", str(csv), "--topology", "dgx-a100", "--anchor", "model")
     assert done.returncode == 2
     assert "applies to training files" in done.stderr

@@ -93,11 +93,13 @@ def test_the_projects_suite_reproduces_its_committed_baseline(tmp_path, capsys):
 
 
 def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp_path, capsys):
-    # the whole training suite takes about 5 minutes; its quick tables (a training table and
-    # four LLM tables, about 35 s) hold the committed numbers to the same resolution
+    # the whole training suite takes about 45 minutes; its quick tables (a training table, four
+    # LLM tables and the timed MoE layers, about 35 s) hold the committed numbers to the same
+    # resolution
     suite = ROOT / "docs" / "validation" / "training.yaml"
     committed = ROOT / "docs" / "validation" / "training.csv"
-    quick = ("nvdle-dgx1", "megatron", "nvidia-llm-h100", "nvidia-llm-b200", "nvidia-moe-b200")
+    quick = ("nvdle-dgx1", "megatron", "nvidia-llm-h100", "nvidia-llm-b200", "nvidia-moe-b200",
+             "moe-layer-h100")
     assert main(["validate", str(suite), *[a for c in quick for a in ("--only", c)],
                  "-o", str(tmp_path / "t"), "--baseline", str(committed),
                  "--max-regression", "0.0015"]) == 0
@@ -110,6 +112,7 @@ def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp
     assert now.loc["megatron", "kind"] == "llm" and now.loc["nvdle-dgx1", "kind"] == "training"
     assert now.loc["nvidia-llm-h100", "points"] == 10 and now.loc["nvidia-llm-b200", "points"] == 2
     assert now.loc["nvidia-moe-b200", "points"] == 3 and now.loc["nvidia-moe-b200", "kind"] == "llm"
+    assert now.loc["moe-layer-h100", "points"] == 16 and now.loc["moe-layer-h100", "kind"] == "layer"
 
 
 def test_a_case_gives_what_compare_gives_and_the_means_weigh_cases_alike(tmp_path, capsys):

@@ -4,8 +4,9 @@ compare     simulate every point of a measured file (a CSV in the measurement sc
             nccl-tests table, or an nccl-tests log or ``-J`` JSON) on a topology; print the
             per-point table and the MAPE tables; optionally write ``compare.csv``, ``mape.csv``
             and plots; exit 1 when ``--max-mape`` is exceeded in any size band or overall.
-            Training tables (a throughput column) and LLM training tables (a layout and TFLOP/s,
-            MFU, step time or tokens/s) are recognised by their header
+            Training tables (a throughput column), LLM training tables (a layout and TFLOP/s,
+            MFU, step time or tokens/s) and tables of timed layers (a measured forward or
+            backward in milliseconds) are recognised by their header
 calibrate   fit per-link-class bandwidth factors and latency offsets of a preset to a measured
             file, print the held-out MAPE before and after, write the calibrated preset YAML
 
@@ -190,6 +191,13 @@ def is_training_file(path: str) -> bool:
     return bool(_header(path) & {"throughput_img_s", "throughput_samples_s"})
 
 
+def is_layer_file(path: str) -> bool:
+    """Whether ``path`` is a table of timed layers (a measured forward or backward)."""
+    from ..measure.layer_table import is_layer_table
+
+    return is_layer_table(_header(path))
+
+
 def is_llm_file(path: str) -> bool:
     """Whether ``path`` is an LLM training table (a layout and an LLM metric)."""
     from ..measure.llm_table import is_llm_table
@@ -200,7 +208,7 @@ def is_llm_file(path: str) -> bool:
 @dataclass
 class Comparison:
     """What ``compare`` computed on one measured file, before anything is printed: the file's
-    ``kind`` (``collective``, ``training`` or ``llm``), the compared ``points``, the MAPE
+    ``kind`` (``collective``, ``training``, ``llm`` or ``layer``), the compared ``points``, the MAPE
     tables (``summary``), the rows skipped with their reasons, and the ``--max-mape``
     failures at ``max_mape`` (empty when none was given)."""
 
@@ -216,8 +224,10 @@ def compared(args) -> Comparison:
     flags), without printing the tables or writing files."""
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
+    if is_layer_file(args.measured):
+        return _compared_rows(args, "layer")
     if is_llm_file(args.measured):
-        return _compared_llm(args)
+        return _compared_rows(args, "llm")
     if is_training_file(args.measured):
         return _compared_training(args)
     return _compared_collective(args)
@@ -263,8 +273,8 @@ def _compared_collective(args) -> Comparison:
 
 def cmd_compare(args) -> int:
     result = compared(args)
-    if result.kind == "llm":
-        return _report_llm(args, result)
+    if result.kind in ("llm", "layer"):
+        return _report_rows(args, result)
     if result.kind == "training":
         return _report_training(args, result)
     from ..report.compare_plots import COMPARE_PLOTS
@@ -393,62 +403,87 @@ _NOT_FOR_LLM = ("slices", "protocol", "framework", "ps_impl", "anchor", "shared_
                 "device", "algorithm", "collective", "workers")
 
 
-def _compared_llm(args) -> Comparison:
-    """``compare`` on an LLM training table (model, GPUs, layout, measured TFLOP/s per GPU or
-    MFU or step time or tokens/s): each row simulated as one step on the topology's machine
-    sized to the row; per-row error and MAPE / signed bias by model and GPU count. ``-o DIR``
-    writes ``compare.csv`` (one row per measured row: its identifying columns, ``metric``,
-    ``measured``, ``simulated``, ``error_pct``, the simulated breakdown) and ``mape.csv``;
-    ``--max-mape`` gates on the overall MAPE and each model's."""
-    from ..comparison.llm import compare_llm, summarise_llm
-    from ..comparison.training import select
-    from ..measure.llm_table import read_llm_table
+def _llm_topology(args, what: str, example: str) -> tuple[str, dict]:
+    """``(topology, params)`` of an LLM or layer table: ``--topology`` (or the scenario's), which
+    each row sizes to its GPU count; the flags that mean nothing for such a table refused."""
     from .args import _params
 
     for name in _NOT_FOR_LLM:
         if getattr(args, name, None):
-            raise ConfigError(f"--{name.replace('_', '-')} does not apply to an LLM training "
-                              f"table")
+            raise ConfigError(f"--{name.replace('_', '-')} does not apply to {what}")
     if not args.topology and not args.scenario:
-        raise ConfigError(f"{args.measured} is an LLM training table: pass --topology with the "
-                          f"preset of its machines (e.g. dgx-a100-2node); the cluster is sized "
-                          f"to each row's GPU count")
+        raise ConfigError(f"{args.measured} is {what}: pass --topology with the preset of its "
+                          f"machines (e.g. {example}); the cluster is sized to each row's GPU "
+                          f"count")
     topology, params = args.topology, _params(args.param)
     if not topology:
         from ..scenario import load_scenario
 
         scenario = load_scenario(args.scenario)
         topology, params = scenario.topology, {**scenario.topology_params, **params}
-    measured = read_llm_table(args.measured)
+    return topology, params
+
+
+def _gated(summary: dict, by_groups, max_mape) -> list[str]:
+    """``--max-mape`` failures of an LLM or layer table: each group of ``by_groups`` and the
+    overall MAPE over the limit."""
+    failures = []
+    if max_mape is not None:
+        for by in (*by_groups, "overall"):
+            for _, row in summary[by].iterrows():
+                if row["mape_pct"] > max_mape:
+                    failures.append(f"{by} {row.iloc[0]}: MAPE {row['mape_pct']:.1f}%")
+    return failures
+
+
+def _compared_rows(args, kind: str) -> Comparison:
+    """``compare`` on an LLM training table (``kind`` ``llm``: model, GPUs, layout, measured
+    TFLOP/s per GPU or MFU or step time or tokens/s; each row one step) or a table of timed
+    layers (``layer``: one layer or block, its measured forward and backward milliseconds;
+    each row :func:`~simulator.workload.llm.layer.simulate_layer`), every row on the
+    topology's machine sized to it. ``-o DIR`` writes ``compare.csv`` (a row per measured row,
+    or per measured pass: its identifying columns, measured, simulated, ``error_pct``, the
+    simulated breakdown) and ``mape.csv``; ``--max-mape`` gates on the overall MAPE and each
+    model's (LLM) or pass's (layers)."""
+    from ..comparison.training import select
+
+    if kind == "llm":
+        from ..comparison.llm import compare_llm as compare, summarise_llm as summarise
+        from ..measure.llm_table import read_llm_table as read
+        what, example, gate_by = "an LLM training table", "dgx-a100-2node", "model"
+    else:
+        from ..comparison.layer import compare_layers as compare, summarise_layers as summarise
+        from ..measure.layer_table import read_layer_table as read
+        what, example, gate_by = "a table of timed layers", "hgx-h100", "pass"
+    topology, params = _llm_topology(args, what, example)
+    measured = read(args.measured)
     if args.select:
         measured = select(measured, args.select)
     library = getattr(args, "library", None) or "default"
-    points = compare_llm(measured, topology, params, library=library)
+    points = compare(measured, topology, params, library=library)
     skipped = points.attrs.get("skipped", [])
-    if len(skipped) == len(points):
+    if not (points["skipped"].fillna("") == "").any():
         raise ConfigError(f"{args.measured}: no row could be simulated ({len(points)} skipped; "
                           f"the first: {skipped[0] if skipped else '-'})")
-    summary = summarise_llm(points)
-    failures = []
-    if args.max_mape is not None:
-        for by in ("model", "overall"):
-            table = summary[by]
-            for _, row in table.iterrows():
-                if row["mape_pct"] > args.max_mape:
-                    failures.append(f"{by} {row.iloc[0]}: MAPE {row['mape_pct']:.1f}%")
-    return Comparison("llm", points, summary, skipped, failures)
+    summary = summarise(points)
+    return Comparison(kind, points, summary, skipped,
+                      _gated(summary, (gate_by,), args.max_mape))
 
 
-def _report_llm(args, result: Comparison) -> int:
-    from ..comparison.llm import format_llm_points, format_llm_summary
-
+def _report_rows(args, result: Comparison) -> int:
+    """Print an LLM or layer table's comparison (``result.kind``), write it with ``-o``."""
+    if result.kind == "llm":
+        from ..comparison.llm import format_llm_points as points, format_llm_summary as summary
+    else:
+        from ..comparison.layer import (format_layer_points as points,
+                                        format_layer_summary as summary)
     _print_skipped(result.skipped)
-    print(format_llm_points(result.points))
+    print(points(result.points))
     print()
-    print(format_llm_summary(result.summary))
+    print(summary(result.summary))
     if args.output:
         _publish(args.output, result.points, result.summary, lambda stage: [])
-    return _gate(args.max_mape, result.failures, "model")
+    return _gate(args.max_mape, result.failures, "model" if result.kind == "llm" else "pass")
 
 
 def _progress(evaluations: int, value: float) -> None:

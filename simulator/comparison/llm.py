@@ -44,8 +44,8 @@ import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
 
-__all__ = ["LLM_POINT_COLUMNS", "compare_llm", "format_llm_points", "format_llm_summary",
-           "row_layout", "summarise_llm"]
+__all__ = ["LLM_POINT_COLUMNS", "compare_llm", "error_tables", "format_llm_points",
+           "format_llm_summary", "located_rows", "row_layout", "summarise_llm"]
 
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
@@ -310,6 +310,15 @@ def _graph_for(topology: str, params: dict, gpus: int, device, cache: dict):
     return cache[key]
 
 
+def located_rows(measured: pd.DataFrame):
+    """``(row, where)`` for every row of a read table: ``where`` is ``file:line`` (the file
+    alone when the table does not know its lines), for the messages of skipped rows."""
+    lines = measured.attrs.get("lines") or [None] * len(measured)
+    origin = measured.attrs.get("origin", "measured file")
+    for (_, row), line in zip(measured.iterrows(), lines):
+        yield row, (f"{origin}:{line}" if line else origin)
+
+
 def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = None, *,
                 library: str = "default", progress=None) -> pd.DataFrame:
     """Simulate every row of an LLM table on ``topology`` sized to the row; one output row per
@@ -319,11 +328,8 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
 
     params = dict(params or {})
     cache: dict = {}
-    lines = measured.attrs.get("lines") or [None] * len(measured)
-    origin = measured.attrs.get("origin", "measured file")
     out = []
-    for (_, row), line in zip(measured.iterrows(), lines):
-        where = f"{origin}:{line}" if line else origin
+    for row, where in located_rows(measured):
         column = next(c for c in LLM_MEASURED if _cell(row, c) is not None)
         metric, simulated_column, higher = _METRICS[column]
         base = {"source_id": _cell(row, "source_id") or "", "model": row["model"],
@@ -375,8 +381,10 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
     return frame
 
 
-def summarise_llm(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """MAPE and signed bias (> 0: optimistic) by model, by GPU count, by metric and overall."""
+def error_tables(points: pd.DataFrame, groups) -> dict[str, pd.DataFrame]:
+    """MAPE, signed bias and the largest absolute error (``error_pct``) of the points that were
+    simulated (``skipped`` blank), one table per column of ``groups`` (a row per value, in the
+    order they first appear) and ``overall``."""
     done = points[points["skipped"].fillna("") == ""]
 
     def stats(group: pd.DataFrame) -> dict:
@@ -385,7 +393,7 @@ def summarise_llm(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
                 "bias_pct": err.mean(), "max_ape_pct": err.abs().max()}
 
     tables = {}
-    for by in ("model", "gpus", "metric"):
+    for by in groups:
         keys = list(dict.fromkeys(done[by]))
         tables[by] = pd.DataFrame([{by: k, **stats(done[done[by] == k])} for k in keys],
                                   columns=[by, "points", "mape_pct", "bias_pct", "max_ape_pct"])
@@ -393,6 +401,11 @@ def summarise_llm(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
                                      columns=["group", "points", "mape_pct", "bias_pct",
                                               "max_ape_pct"])
     return tables
+
+
+def summarise_llm(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """MAPE and signed bias (> 0: optimistic) by model, by GPU count, by metric and overall."""
+    return error_tables(points, ("model", "gpus", "metric"))
 
 
 def format_llm_points(points: pd.DataFrame) -> str:

@@ -27,7 +27,8 @@ import pandas as pd
 
 from ..errors import ConfigError
 
-__all__ = ["LLM_MEASURED", "LLM_INTEGER_COLUMNS", "is_llm_table", "read_llm_table"]
+__all__ = ["LLM_MEASURED", "LLM_INTEGER_COLUMNS", "is_llm_table", "read_llm_table",
+           "read_rows", "typed_frame"]
 
 #: Measured columns, in the order a row's compared metric is chosen.
 LLM_MEASURED = ("measured_tflops_per_gpu", "measured_mfu_pct", "measured_step_time_s",
@@ -53,36 +54,56 @@ def read_llm_table(path) -> pd.DataFrame:
     """The rows of an LLM training table as a DataFrame (integers as ``Int64`` with ``<NA>`` for
     blanks, measured values as floats with NaN); ``attrs['lines']`` holds each row's line and
     ``attrs['origin']`` the file name."""
+    return read_rows(path, "an LLM table", _REQUIRED, LLM_MEASURED, LLM_INTEGER_COLUMNS,
+                     _FLOAT_COLUMNS, zero_columns=("zero_stage",))
+
+
+def read_rows(path, what: str, required, measured, integer_columns, float_columns,
+              zero_columns=(), check=None):
+    """Read and check a table of measured rows: the ``required`` columns and at least one
+    ``measured`` column in the header, a measured value on every row, ``integer_columns`` as
+    integers (>= 1, or >= 0 for ``zero_columns``), ``float_columns`` as positive numbers,
+    ``model`` non-empty; ``check(cells, row)`` may check more of a row. Errors name the file,
+    the line and the column. Returns :func:`typed_frame`."""
     from .schema import _Cells, _missing, _records
 
     origin = str(path)
     header, records = _records(Path(path), origin)
-    missing = _missing(header, _REQUIRED)
+    missing = _missing(header, required)
     if missing:
-        raise ConfigError(f"{origin}:1: missing column(s) {', '.join(missing)} (an LLM table "
-                          f"needs {', '.join(_REQUIRED)} and one of {', '.join(LLM_MEASURED)})")
-    if not set(header) & set(LLM_MEASURED):
+        raise ConfigError(f"{origin}:1: missing column(s) {', '.join(missing)} ({what} "
+                          f"needs {', '.join(required)} and one of {', '.join(measured)})")
+    if not set(header) & set(measured):
         raise ConfigError(f"{origin}:1: no measured column: expected one of "
-                          f"{', '.join(LLM_MEASURED)}")
+                          f"{', '.join(measured)}")
     rows, lines = [], []
     for line, record in records:
         cells = _Cells(origin, line, record)
         row = {c: (record.get(c) or "").strip() for c in header}
         row["model"] = cells.text("model")
-        for column in LLM_INTEGER_COLUMNS:
+        for column in integer_columns:
             if column in header:
-                row[column] = cells.integer(column, required=column in _REQUIRED, minimum=(
-                    0 if column == "zero_stage" else 1))
-        for column in _FLOAT_COLUMNS:
+                row[column] = cells.integer(column, required=column in required, minimum=(
+                    0 if column in zero_columns else 1))
+        for column in float_columns:
             if column in header:
                 row[column] = cells.number(column, required=False, positive=True)
-        if all(math.isnan(row.get(c, math.nan)) for c in LLM_MEASURED):
+        if all(math.isnan(row.get(c, math.nan)) for c in measured):
             raise ConfigError(f"{origin}:{line}: no measured value: fill one of "
-                              f"{', '.join(c for c in LLM_MEASURED if c in header)}")
+                              f"{', '.join(c for c in measured if c in header)}")
+        if check is not None:
+            check(cells, row)
         rows.append(row)
         lines.append(line)
-    frame = pd.DataFrame(rows, columns=header)
-    for column in LLM_INTEGER_COLUMNS:
+    columns = list(header) + [c for c in rows[0] if c not in header] if rows else header
+    return typed_frame(rows, columns, integer_columns, lines, origin)
+
+
+def typed_frame(rows: list, columns, integer_columns, lines: list, origin: str) -> pd.DataFrame:
+    """The checked ``rows`` of a table as a DataFrame: ``integer_columns`` as ``Int64`` with
+    ``<NA>`` for blanks, ``attrs['lines']`` each row's line, ``attrs['origin']`` the file."""
+    frame = pd.DataFrame(rows, columns=list(columns))
+    for column in integer_columns:
         if column in frame:
             # a column blank on some rows only comes out of the frame as floats with NaN
             frame[column] = pd.array([None if pd.isna(v) else int(v) for v in frame[column]],

@@ -905,6 +905,15 @@ def _trace(events, pl: Placement, title: str) -> dict:
     return {"traceEvents": out, "displayTimeUnit": "ns", "otherData": {"title": title}}
 
 
+def expert_machines(graph: nx.DiGraph, layout: Layout, pl: Placement | None = None) -> int:
+    """How many machines one expert-parallel group of ``layout`` spans on ``graph`` (1 without
+    expert parallelism): what the ``hybridep`` dispatcher sends across once per token."""
+    if layout.ep <= 1:
+        return 1
+    pl = pl or place(graph, layout)
+    return len(set(pl.machines(graph, pl.groups("ep")[0])))
+
+
 def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | None = None,
                   device=None, library="default", record_trace: bool = False, seed: int = 0,
                   kernels=None, tp_mode: str = "auto",
@@ -935,8 +944,8 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
 
         config = _resolve_model(model)
         dev = _gpu_device(graph, device)
-        ep_machines = len(set(pl.machines(graph, pl.groups("ep")[0]))) if layout.ep > 1 else 1
-        work = step_work(config, layout, dev, kernels=kernels, ep_machines=ep_machines)
+        work = step_work(config, layout, dev, kernels=kernels,
+                         ep_machines=expert_machines(graph, layout, pl))
         if check_fit:
             memory_gib = check_memory(config, layout, dev).total_bytes / 2**30
     _check_work(work, layout)
