@@ -756,6 +756,9 @@ class LlmJobSection(Section):
                                 "over RDMA, then NVLink)")
     ep_overlap: bool = Field(False, description="expert all-to-alls hidden behind another "
                                                 "micro-batch's compute (moe_a2a_overlap)")
+    fp8_recipe: one_of(_choices("FP8_RECIPES")) = Field(
+        "delayed", description="how fp8 operands are scaled (Megatron-Core's fp8_recipe): "
+                               "delayed, tensorwise (current scaling), blockwise, mxfp8")
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1
@@ -797,7 +800,7 @@ class LlmJobSection(Section):
                       recompute=self.recompute, precision=self.precision,
                       tp_overlap=self.tp_overlap, order=self.order,
                       expert_tp=self.expert_tp, dispatcher=self.dispatcher,
-                      ep_overlap=self.ep_overlap, **extra)
+                      ep_overlap=self.ep_overlap, fp8_recipe=self.fp8_recipe, **extra)
 
 
 #: ``kind`` -> the section of that job kind.

@@ -446,3 +446,90 @@ def test_fp8_experts_quantize_their_own_operands():
             names.index("l0.moe.experts.fc1")
         assert names.index("l0.moe.experts.fc2.fp8cast") + 1 == \
             names.index("l0.moe.experts.fc2")
+
+
+# ------------------------------------------------------------------ fp8 recipes
+def _fp8_ops(recipe, device="h100-sxm5-80gb", model=LLAMA):
+    layout = Layout(precision="fp8", fp8_recipe=recipe)
+    chunk = step_work(model, layout, device).chunks[(0, 0)]
+    return {o.name: o for o in chunk.forward + chunk.backward}
+
+
+def test_fp8_recipes_quantize_where_transformer_engine_does():
+    """Delayed scaling fuses the casts of norm and activation outputs; current scaling writes
+    16 bits and quantizes after both; MXFP8 fuses activations only (its norm runs unfused)."""
+    quant = {r: sorted(n.split(".", 1)[1] for n in _fp8_ops(r, "b200-sxm-180gb")
+                       if n.startswith("l0.") and n.endswith(".fp8quant"))
+             for r in ("delayed", "tensorwise", "blockwise", "mxfp8")}
+    assert quant["delayed"] == []
+    assert quant["tensorwise"] == quant["blockwise"] == [
+        "attn.norm.fp8quant", "mlp.act.bwd.fp8quant", "mlp.act.fp8quant", "mlp.norm.fp8quant"]
+    assert quant["mxfp8"] == ["attn.norm.fp8quant", "mlp.norm.fp8quant"]
+    delayed, current = _fp8_ops("delayed"), _fp8_ops("tensorwise")
+    cast = "l0.attn.proj.fp8cast"
+    # the amax pass reads the 16-bit input once more: 6 bytes an element against 4
+    launch = 5e-6
+    assert (current[cast].compute_s - launch) == pytest.approx(
+        1.5 * (delayed[cast].compute_s - launch), rel=1e-9)
+    # tensor-wise scaling runs the same per-tensor GEMMs as delayed scaling
+    assert current["l0.attn.qkv"].compute_s == delayed["l0.attn.qkv"].compute_s
+    assert sum(o.compute_s for o in current.values()) > sum(o.compute_s
+                                                            for o in delayed.values())
+
+
+def test_block_scaled_gemms_run_slower_than_per_tensor_ones():
+    delayed, block = _fp8_ops("delayed"), _fp8_ops("blockwise")
+    for name in ("l0.attn.qkv", "l0.mlp.fc2.dgrad", "l0.attn.proj.wgrad"):
+        ratio = block[name].compute_s / delayed[name].compute_s
+        assert ratio == pytest.approx((22.882 - (18.978 - 16.785)) / 16.785, rel=1e-12)
+    # the output layer stays bf16 whatever the recipe
+    assert block["head.logits"].compute_s == delayed["head.logits"].compute_s
+    b200 = {r: _fp8_ops(r, "b200-sxm-180gb") for r in ("delayed", "mxfp8", "blockwise")}
+    for recipe in ("mxfp8", "blockwise"):      # Blackwell runs block scaling on MXFP8 kernels
+        assert (b200[recipe]["l0.attn.qkv"].compute_s / b200["delayed"]["l0.attn.qkv"].compute_s
+                == pytest.approx(7.161 / 6.812, rel=1e-12))
+
+
+def test_transformer_engines_gemm_guide_ordering_on_its_own_model():
+    """Transformer Engine's GEMM profiling guide (H200 NVL, 5B config: h 4096, ffn 16384,
+    31 x 512 tokens, autocast) measures fp8 GEMM speedups over bf16 of 1.69x (delayed), 1.58x
+    (current scaling) and 1.40x (block scaling). The layer's GEMMs plus the quantization the
+    recipe adds give the same order; block scaling's factor was derived from that table."""
+    model = TransformerConfig(name="te-5b", layers=2, hidden=4096, heads=32, ffn_hidden=16384,
+                              vocab=32000, seq_len=512, ffn_kind="gelu", tied_embeddings=False,
+                              positions="rope", norm="layernorm", bias=False)
+
+    def gemm_and_quant(precision, recipe="delayed"):
+        layout = Layout(micro_batch=31, global_batch=31, precision=precision, fp8_recipe=recipe)
+        chunk = step_work(model, layout, "h200-sxm-141gb").chunks[(0, 0)]
+        return sum(o.compute_s for o in chunk.forward + chunk.backward
+                   if o.name.startswith("l1.") and (o.kind == "gemm" or "fp8" in o.name))
+
+    bf16 = gemm_and_quant("bf16")
+    speedup = {r: bf16 / gemm_and_quant("fp8", r) for r in ("delayed", "tensorwise", "blockwise")}
+    assert speedup["delayed"] > speedup["tensorwise"] > speedup["blockwise"] > 1.3
+    assert speedup["blockwise"] == pytest.approx(1.40, rel=0.03)
+
+
+def test_fp8_recipes_are_refused_where_they_cannot_run():
+    with pytest.raises(ConfigError, match="applies to precision fp8, not bf16"):
+        check_layout(LLAMA, Layout(fp8_recipe="tensorwise"))
+    with pytest.raises(ConfigError, match="expected one of delayed, tensorwise, blockwise, "
+                                          "mxfp8"):
+        check_layout(LLAMA, Layout(precision="fp8", fp8_recipe="hybrid"))
+    with pytest.raises(ConfigError, match="mxfp8 runs on Blackwell GPUs only.*is hopper"):
+        step_work(LLAMA, Layout(precision="fp8", fp8_recipe="mxfp8"), "h100-sxm5-80gb")
+    assert step_work(LLAMA, Layout(precision="fp8", fp8_recipe="mxfp8"), "b200-sxm-180gb")
+
+
+def test_a_shared_expert_quantizes_its_own_input():
+    """An MoE layer's norm is its own module (the router and the dispatch read 16 bits), so
+    its shared expert's Linear quantizes its input; a dense layer's norm feeds fc1 directly."""
+    deepseek = get_llm_model("deepseekmoe-16b")          # layer 0 dense, then MoE layers
+    for recipe in ("delayed", "tensorwise"):
+        layout = Layout(precision="fp8", ep=8, dp=8, global_batch=8, fp8_recipe=recipe)
+        names = {o.name for o in
+                 step_work(deepseek, layout, "h100-sxm5-80gb").chunks[(0, 0)].forward}
+        assert "l1.moe.shared.fc1.fp8cast" in names and "l0.moe.shared.fc1.fp8cast" not in names
+        assert "l1.mlp.norm.fp8quant" not in names
+        assert ("l0.mlp.norm.fp8quant" in names) == (recipe == "tensorwise")

@@ -209,3 +209,54 @@ def test_ep_overlap_runs_a_ranks_exchanges_one_at_a_time():
                 spans.sort()
                 assert all(b[0] >= a[1] - 1e-6 for a, b in zip(spans, spans[1:]))
     assert counts[True] == counts[False] and counts[True][0] > 0
+
+
+def test_cli_and_tables_state_the_fp8_recipe(capsys):
+    args = ["llm", "--model", "llama3-8b", "--topology", "hgx-b200", "--global-batch", "8",
+            "--dp", "8", "--distributed-optimizer", "--precision", "fp8"]
+
+    def step(out):
+        return float(next(line.split()[1] for line in out.splitlines()
+                          if line.startswith("step_time_s")))
+
+    assert main(args) == 0
+    delayed = step(capsys.readouterr().out)
+    assert main(args + ["--fp8-recipe", "mxfp8"]) == 0
+    assert step(capsys.readouterr().out) > delayed
+    assert main(args[:4] + ["hgx-h100"] + args[5:] + ["--fp8-recipe", "mxfp8"]) == 2
+    assert "Blackwell GPUs only" in capsys.readouterr().err
+    assert main(args[:-2] + ["--fp8-recipe", "tensorwise"]) == 2
+    assert "applies to precision fp8, not bf16" in capsys.readouterr().err
+    row = {"model": "llama3-8b", "gpus": 8, "tp": 1, "global_batch": 8, "precision": "fp8",
+           "fp8_recipe": "Tensorwise"}
+    layout, assumed = row_layout(row)
+    assert layout.fp8_recipe == "tensorwise" and not any("fp8_recipe" in a for a in assumed)
+    del row["fp8_recipe"]
+    layout, assumed = row_layout(row)
+    assert layout.fp8_recipe == "delayed" and "fp8_recipe=delayed" in assumed
+    row.update(precision="bf16", fp8_recipe="mxfp8")
+    with pytest.raises(ConfigError, match="fp8_recipe mxfp8 is given for precision bf16"):
+        row_layout(row)
+
+
+def test_the_alltoall_dispatcher_sorts_rows_by_local_expert():
+    """Megatron-Core's all-to-all dispatcher sorts the received rows by local expert (and
+    unsorts them before the combine) when a rank holds more than one expert; the flex
+    dispatcher does it inside its kernels, and one expert a rank needs no sort."""
+    def sorts(model, ep, dispatcher):
+        layout = Layout(ep=ep, dp=ep, global_batch=ep, dispatcher=dispatcher)
+        chunk = step_work(model, layout, "h100-sxm5-80gb").chunks[(0, 0)]
+        return {o.name.split(".", 2)[2]: o for o in chunk.forward + chunk.backward
+                if o.name.startswith("l0.moe.ep.") and "sort" in o.name}
+
+    many = sorts(QWEN, 8, "alltoall")                # 16 experts a rank
+    assert sorted(many) == ["ep.sort", "ep.sort.bwd", "ep.unsort", "ep.unsort.bwd"]
+    assert sorts(QWEN, 8, "hybridep") == {}
+    mixtral = get_llm_model("mixtral-8x7b")          # 8 experts on 8 ranks: one each
+    assert sorts(mixtral, 8, "alltoall") == {}
+    # one read and one write of every received row: 4096 tokens x top-8, hidden 2048, bf16
+    fewer = sorts(QWEN, 16, "alltoall")["ep.sort"]   # 8 experts a rank, the same rows
+    assert many["ep.sort"].compute_s == fewer.compute_s > 0
+    rows_bytes = 4096 * 8 * 2048 * 2 * 2
+    assert many["ep.sort"].compute_s == pytest.approx(
+        5e-6 + rows_bytes / (3.35e12 * 0.90), rel=0.02)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from ..workload.llm.layout import DISPATCHERS
+from ..workload.llm.layout import DISPATCHERS, FP8_RECIPES
 
 PIPELINES = ("1f1b", "gpipe", "interleaved")
 
@@ -63,6 +63,10 @@ def add_llm_parser(subparsers) -> None:
                    help="none, selective or full (default none; with --search a comma list, "
                         "default all three)")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp8"))
+    p.add_argument("--fp8-recipe", default=None, choices=FP8_RECIPES,
+                   help="how fp8 operands are scaled (Megatron-Core's fp8_recipe): delayed "
+                        "(its default), tensorwise (per-tensor current scaling), blockwise, "
+                        "mxfp8 (Blackwell only); needs --precision fp8")
     p.add_argument("--bucket-size", default=None, metavar="SIZE",
                    help="gradient bucket size (e.g. 160MB; default Megatron-Core's max(40M, 1M x dp) "
                         "parameters of fp32 gradients)")
@@ -154,7 +158,8 @@ def layout_from_args(args):
                   recompute=recompute, precision=args.precision, order=args.order,
                   expert_tp=getattr(args, "expert_tp", None),
                   dispatcher=getattr(args, "dispatcher", None) or "alltoall",
-                  ep_overlap=bool(getattr(args, "ep_overlap", False)), **extra)
+                  ep_overlap=bool(getattr(args, "ep_overlap", False)),
+                  fp8_recipe=getattr(args, "fp8_recipe", None) or "delayed", **extra)
 
 
 def format_row(row: dict) -> str:
@@ -182,6 +187,9 @@ def cmd_search(args) -> int:
     if getattr(args, "dispatcher", None) is not None:
         raise ConfigError("--dispatcher is not searched: the search keeps Megatron's default "
                           "(alltoall); leave --dispatcher out with --search")
+    if getattr(args, "fp8_recipe", None) is not None:
+        raise ConfigError("--fp8-recipe is not searched: the search keeps Megatron's default "
+                          "(delayed); leave --fp8-recipe out with --search")
     if getattr(args, "expert_tp", None) is not None:
         raise ConfigError("--expert-tp is not searched: the search keeps Megatron's default "
                           "(expert_tp = tp); leave --expert-tp out with --search")

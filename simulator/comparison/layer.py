@@ -11,7 +11,7 @@ is faster than the machine, as for collectives.
 What a row leaves blank takes a stated default, listed in its ``assumed`` column:
 
 * ``cp``, ``ep``: 1; ``expert_tp``: ``tp``; ``precision``: ``bf16``; ``dispatcher``:
-  ``alltoall`` (Megatron-Core's default);
+  ``alltoall`` (Megatron-Core's default); ``fp8_recipe`` under fp8: ``delayed`` (the same);
 * a shape without ``ffn_kind``: ``gelu``, Megatron-Core's ``TransformerConfig`` default
   (``gated_linear_unit = False``, ``activation_func = F.gelu``; NVIDIA/Megatron-LM
   ``megatron/core/transformer/transformer_config.py``), which a benchmark that builds the
@@ -33,14 +33,15 @@ import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
 from .llm import (_cell, _choice, _device_of, _graph_for, _precision, _preset_shape,
-                  error_tables, format_llm_summary, located_rows)
+                  error_tables, format_llm_summary, fp8_recipe, located_rows)
 
 __all__ = ["LAYER_POINT_COLUMNS", "compare_layers", "format_layer_points",
            "format_layer_summary", "layer_layout", "layer_model", "summarise_layers"]
 
 #: Columns of a compared layer table (``compare.csv``): one row per measured pass.
 LAYER_POINT_COLUMNS = ("source_id", "model", "part", "layer", "pass", "gpus", "tp", "cp", "ep",
-                       "expert_tp", "dispatcher", "precision", "seq_len", "micro_batch",
+                       "expert_tp", "dispatcher", "precision", "fp8_recipe", "seq_len",
+                       "micro_batch",
                        "measured_ms", "simulated_ms", "error_pct", "compute_ms", "comm_ms",
                        "topology", "assumed", "skipped")
 
@@ -135,11 +136,11 @@ def layer_layout(row, model, assumed: list):
     else:
         sequence_parallel = _choice(stated, "sequence_parallel", _BOOLEANS, "false") in _TRUE
     micro = int(row["micro_batch"])
+    precision = "bf16" if precision is None else _precision(precision)
     return Layout(tp=tp, cp=cp, ep=ep, pp=1, dp=dp, micro_batch=micro, global_batch=dp * micro,
-                  sequence_parallel=sequence_parallel,
-                  precision="bf16" if precision is None else _precision(precision),
+                  sequence_parallel=sequence_parallel, precision=precision,
                   expert_tp=None if expert_tp is None else int(expert_tp),
-                  dispatcher=dispatcher)
+                  dispatcher=dispatcher, fp8_recipe=fp8_recipe(row, precision, assumed))
 
 
 def compare_layers(measured: pd.DataFrame, topology: str, params: dict | None = None, *,
@@ -163,7 +164,8 @@ def compare_layers(measured: pd.DataFrame, topology: str, params: dict | None = 
             model = layer_model(row, assumed)
             layout = layer_layout(row, model, assumed)
             base.update(cp=layout.cp, ep=layout.ep, expert_tp=layout.etp,
-                        dispatcher=layout.dispatcher, precision=layout.precision)
+                        dispatcher=layout.dispatcher, precision=layout.precision,
+                        fp8_recipe=layout.fp8_recipe if layout.precision == "fp8" else "")
             device, note = _device_of(row, _preset_shape(topology, params, cache)[1])
             assumed += [note] if note and "gpu" not in params else []
             graph = _graph_for(topology, params, layout.gpus, device, cache)

@@ -13,7 +13,8 @@ comparison says what it guessed:
   ``grad_reduce_in_fp32``): ``auto``, Megatron-LM's default for the precision;
   ``dispatcher`` (the MoE token dispatcher, ``alltoall`` or ``hybridep``): ``alltoall``,
   Megatron-Core's default; ``moe_a2a_overlap`` (``true``/``false``: Megatron-Core's 1F1B
-  all-to-all overlap, the layout's ``ep_overlap``): false;
+  all-to-all overlap, the layout's ``ep_overlap``): false; ``fp8_recipe`` of an fp8 row
+  (``delayed``, ``tensorwise``, ``blockwise``, ``mxfp8``): ``delayed``, Megatron-Core's default;
   ``expert_tp``: ``tp`` (Megatron's default); an MoE row with ``tp > 1`` runs with sequence
   parallelism (Megatron-Core refuses MoE with tensor parallelism without it), listed in
   ``assumed``;
@@ -45,12 +46,12 @@ import pandas as pd
 from ..errors import ClusterSimError, ConfigError
 
 __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "error_tables", "format_llm_points",
-           "format_llm_summary", "located_rows", "row_layout", "summarise_llm"]
+           "format_llm_summary", "fp8_recipe", "located_rows", "row_layout", "summarise_llm"]
 
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
                      "dispatcher", "ep_overlap", "pp", "dp", "virtual_stages", "micro_batch",
-                     "global_batch", "recompute", "precision", "metric", "measured", "simulated",
+                     "global_batch", "recompute", "precision", "fp8_recipe", "metric", "measured", "simulated",
                      "error_pct", "step_time_s", "hardware_tflops_per_gpu", "mfu_pct",
                      "compute_s", "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "bubble_s",
                      "topology", "assumed", "skipped")
@@ -192,6 +193,7 @@ def row_layout(row):
     precision = "bf16" if precision is None else _precision(precision)
     if _cell(row, "precision") is None:
         assumed.append("precision=bf16")
+    recipe = fp8_recipe(row, precision, assumed)
     layout = Layout(tp=tp, cp=cp, ep=ep, pp=pp, dp=int(dp), virtual_stages=virtual,
                     micro_batch=micro, global_batch=int(global_batch),
                     pipeline="interleaved" if virtual > 1 else "1f1b",
@@ -199,8 +201,27 @@ def row_layout(row):
                     distributed_optimizer=False, recompute=recompute, precision=precision,
                     attention=_attention(row, assumed), main_grads=main_grads,
                     expert_tp=None if expert_tp is None else int(expert_tp),
-                    dispatcher=dispatcher, ep_overlap=overlap in ("true", "1", "yes"))
+                    dispatcher=dispatcher, ep_overlap=overlap in ("true", "1", "yes"),
+                    fp8_recipe=recipe)
     return layout, assumed
+
+
+def fp8_recipe(row, precision: str, assumed: list) -> str:
+    """The row's ``fp8_recipe`` (one of :data:`~simulator.workload.llm.layout.FP8_RECIPES`);
+    blank under fp8: ``delayed``, Megatron-Core's default (said in ``assumed``); refused on a
+    row that does not run fp8."""
+    from ..workload.llm.layout import FP8_RECIPES
+
+    stated = _cell(row, "fp8_recipe")
+    if stated is None:
+        if precision == "fp8":
+            assumed.append("fp8_recipe=delayed")
+        return "delayed"
+    recipe = _choice(stated, "fp8_recipe", FP8_RECIPES, "delayed")
+    if precision != "fp8":
+        raise ConfigError(f"fp8_recipe {recipe} is given for precision {precision}: it applies "
+                          f"to fp8 only")
+    return recipe
 
 
 def _memory_note(model, layout, graph) -> list[str]:
@@ -342,7 +363,8 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
                         dp=layout.dp,
                         virtual_stages=layout.virtual_stages, micro_batch=layout.micro_batch,
                         global_batch=layout.global_batch, recompute=layout.recompute,
-                        precision=layout.precision, assumed=" ".join(assumed))
+                        precision=layout.precision, assumed=" ".join(assumed),
+                        fp8_recipe=layout.fp8_recipe if layout.precision == "fp8" else "")
             if layout.gpus != base["gpus"]:
                 raise ConfigError(f"tp {layout.tp} x cp {layout.cp} x pp {layout.pp} x dp "
                                   f"{layout.dp} = {layout.gpus}, not the row's {base['gpus']} "

@@ -16,10 +16,10 @@ Columns (``*``: required):
   ``ffn_hidden``, ``ffn_kind`` (``gelu``, ``swiglu``), ``vocab``; for a mixture of experts
   ``experts``, ``top_k``, ``moe_ffn_hidden`` and optionally ``shared_ffn_hidden``;
 * layout: ``cp``, ``ep``, ``expert_tp``, ``sequence_parallel``, ``precision``,
-  ``dispatcher``, ``gpu_model``, ``gpus_per_node``;
+  ``fp8_recipe``, ``dispatcher``, ``gpu_model``, ``gpus_per_node``;
 * ``part``: ``layer``, ``attention`` or ``mlp`` (:data:`~simulator.workload.llm.layer.LAYER_PARTS`;
   blank: ``layer``); ``layer``: the layer's index in the model (blank: 0);
-* free text kept as it is: ``source_id``, ``source``, ``fp8_recipe``, ``notes``.
+* free text kept as it is: ``source_id``, ``source``, ``notes``.
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ element, 2):
   tokens; ``ep`` all-to-all *dispatch* of its ``R = T/tp·top_k·capacity`` token copies
   (``R·h·B`` send buffer); [``e > 1``: all-gather of ``R·e·h·B`` over the expert-tensor group
   of ``e = expert_tp`` ranks (the tp group at Megatron's default ``e = tp``), as Megatron's
-  all-to-all dispatcher does]; expert fc1, activation, fc2 on ``R·e`` tokens with ``/e``
-  widths; [reduce-scatter over the same group]; ``ep`` all-to-all *combine*; shared experts as
-  a dense TP MLP. With ``expert_tp = 1`` and ``tp > 1`` (MoE parallel folding) the expert
+  all-to-all dispatcher does]; [more than one expert a rank: the received rows sorted by
+  expert, :func:`_local_sort`]; expert fc1, activation, fc2 on ``R·e`` tokens with ``/e``
+  widths; [unsorted; reduce-scatter over the same group]; ``ep`` all-to-all *combine*; shared
+  experts as a dense TP MLP. With ``expert_tp = 1`` and ``tp > 1`` (MoE parallel folding) the expert
   group spans tensor-parallel ranks and no collective runs inside the experts. The
   ``hybridep`` dispatcher replaces each all-to-all by a rail all-to-all across machines, an
   NVLink all-to-all inside them and a device copy (:func:`_ep_exchange`).
@@ -69,7 +70,15 @@ quantizes its own input in forward and its output gradient in backward
 (``tex.split_quantize``, ``transformer_engine/pytorch/module/grouped_linear.py`` v2.12), with
 Megatron-Core's activation between them in 16-bit (``TEGroupedMLP``): a cast-transpose of the
 dispatched tokens before expert fc1, of the activation before expert fc2, and of the output
-gradients of both experts' GEMMs backward.
+gradients of both experts' GEMMs backward. A shared expert is a ``Linear`` MLP after the MoE
+layer's own norm, so its fc1 input gets a cast too.
+
+That is the ``delayed`` recipe, Megatron-Core's default. The other FP8 recipes
+(``layout.fp8_recipe``, :data:`FP8_RECIPES`) change three things, each read from Transformer
+Engine's code or measured by NVIDIA: a cast of tensor-wise current scaling reads its input
+twice (an amax pass, then the cast); a norm or an activation writes the fp8 operand itself only
+where Transformer Engine has a fully fused kernel for the recipe (otherwise it writes 16 bits
+and a quantize pass follows); and block-scaled GEMMs run slower than per-tensor ones.
 
 ``Op.flops`` is the FLOPs the op executes on the rank (attention counted without the causal
 discount, Narayanan et al. 2021's convention); summed over the ops whose kind is not
@@ -86,6 +95,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ...errors import ConfigError
+from ...library.machine import compute_capability, generation
 from .compute import (Kernel, KernelTable, adam, attention, elementwise, gemm, kernel_time,
                       resolve_device)
 from .layout import Layout, check_layout, main_grad_bytes
@@ -94,7 +104,8 @@ from .model import TransformerConfig, model_flops_per_step
 from .work import ChunkWork, Comm, Op, StepWork, stream_of
 
 __all__ = ["step_work", "UNFUSED_SCORE_BYTES", "UNFUSED_SCORE_BYTES_BWD",
-           "FP8_CAST_TRANSPOSE_BYTES", "FP8_HEAD_PRECISION"]
+           "FP8_CAST_TRANSPOSE_BYTES", "FP8_HEAD_PRECISION", "FP8_RECIPES", "Fp8Recipe",
+           "QUANTIZE_AFTER_PRODUCER_BYTES"]
 
 _B = 2   # bytes per 16-bit activation element
 
@@ -128,6 +139,9 @@ class _Ctx:
         self.Tsp = self.T // self.tp if self.sp else self.T  # tokens outside the TP region
         self.h = m.hidden
         self.precision = lay.precision
+        self.recipe = FP8_RECIPES[lay.fp8_recipe]
+        self.fp8_gemm_factor = self.recipe.factor(
+            generation(compute_capability(getattr(self.device, "name", ""))))
         self._times: dict = {}      # every layer of a chunk asks for the same kernels
         self.layer_ops: dict = {}   # (F/B, MoE layer, window) -> (layer, its ops): _layer_ops
 
@@ -142,7 +156,11 @@ class _Ctx:
     def gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
              flops: float | None = None, precision: str | None = None) -> Op:
         kern = gemm(m, n, k, precision or self.precision)
-        return Op(name, kind, self.time(kern), None, kern.flops if flops is None else flops)
+        seconds = self.time(kern)
+        if kern.precision == "fp8" and (self.kernels is None
+                                        or self.kernels.get(kern.op, kern.shape) is None):
+            seconds *= self.fp8_gemm_factor     # a measured kernel already ran the recipe
+        return Op(name, kind, seconds, None, kern.flops if flops is None else flops)
 
     def ew(self, name: str, nbytes: float, kind: str = "elementwise") -> Op:
         return Op(name, kind, self.time(elementwise(name.split(".")[-1], nbytes)))
@@ -165,11 +183,95 @@ class _Ctx:
 FP8_CAST_TRANSPOSE_BYTES = 4
 
 
+#: HBM bytes per element of quantizing a 16-bit tensor that a norm or an activation has just
+#: written, where the recipe has no fused kernel for it: read it (2), write the row-wise and
+#: the column-wise fp8 copies (1 + 1). Current scaling takes its amax from the producing kernel
+#: (``FUSED_NORM_AMAX_FP8``, ``FUSED_ACTIVATION_AMAX_FP8``: ``quantize_with_amax``), the block
+#: recipes compute their scales in the quantize kernel, so no amax pass is added.
+QUANTIZE_AFTER_PRODUCER_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """The costs of one FP8 recipe as Transformer Engine runs it.
+
+    ``cast_bytes``: HBM bytes per element of quantizing a GEMM operand that no kernel produced
+    in fp8. ``norm_fused`` / ``act_fused``: whether a norm / an activation (and its backward)
+    writes the fp8 operand itself; where not, it writes 16 bits and a quantize pass of
+    :data:`QUANTIZE_AFTER_PRODUCER_BYTES` follows. ``gemm_factor``: an fp8 GEMM's time against
+    the per-tensor-scaled fp8 kernel of the roofline, by GPU generation (absent: 1).
+    """
+
+    name: str
+    cast_bytes: int
+    norm_fused: bool
+    act_fused: bool
+    gemm_factor: tuple = ()
+
+    def factor(self, generation: str) -> float:
+        return dict(self.gemm_factor).get(generation, 1.0)
+
+
+#: Block-scaled fp8 GEMMs on Blackwell: Transformer Engine runs the MXFP8 kernels (for the
+#: ``blockwise`` recipe "This PR emulates only the GEMMs with MXFP8", NVIDIA/TransformerEngine
+#: #2157), measured 1.051x the per-tensor fp8 kernels: 7.161 against 6.812 ms per layer of
+#: GEMMs, inputs pre-quantized, on a B300 (``docs/examples/gemm_profiling/gemm_profiling.rst``
+#: @d0067d0d, "Autocast vs Pre-quantized": MXFP8 against FP8 CurrentScaling).
+MXFP8_GEMM_FACTOR = 7.161 / 6.812
+
+#: Block-scaled fp8 GEMMs on Hopper (1x128 activation, 128x128 weight blocks; the scales are
+#: applied in the main loop, NVIDIA/cutlass #1932), against the per-tensor fp8 kernel. Derived
+#: from the same guide's H200 table ("Worked Example: 5B Model on H200", per-layer GEMM time,
+#: autocast, quantization included): block scaling 22.882 ms, delayed scaling 18.978, and the
+#: per-tensor kernels alone (current scaling, pre-quantized) 16.785. Delayed scaling runs the
+#: same per-tensor kernel, so its quantization took 18.978 - 16.785 = 2.193 ms; block scaling
+#: quantizes the same bytes (row-wise and column-wise fp8 copies), so its GEMMs took
+#: 22.882 - 2.193 = 20.689 ms: 1.233x. The one assumption is that equal bytes take equal time.
+BLOCKWISE_HOPPER_GEMM_FACTOR = (22.882 - (18.978 - 16.785)) / 16.785
+
+#: Megatron-Core's FP8 recipes (:data:`.layout.FP8_RECIPES`) as Transformer Engine runs them
+#: (NVIDIA/TransformerEngine @d0067d0d):
+#:
+#: * ``cast_bytes``: delayed scaling, one cast-transpose (:data:`FP8_CAST_TRANSPOSE_BYTES`);
+#:   tensor-wise current scaling, an amax pass over the input first
+#:   (``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax`` then
+#:   ``nvte_quantize_v2``, ``pytorch/csrc/quantizer.cpp``), 2 + 4; the block recipes, one
+#:   quantize kernel writing both copies with their scales, 4.
+#: * fused producers (``pytorch/csrc/extensions/normalization.cpp`` and ``activation.cpp``,
+#:   their ``Impl`` choice): a norm writes fp8 itself for delayed scaling only (``FULLY_FUSED``;
+#:   current scaling ``FUSED_NORM_AMAX_FP8``, MXFP8 and blocks ``UNFUSED``); an activation and
+#:   its backward for delayed scaling and MXFP8 (current scaling
+#:   ``FUSED_ACTIVATION_AMAX_FP8``, blocks ``UNFUSED``).
+#: * GEMMs: per-tensor kernels for delayed and tensor-wise scaling;
+#:   :data:`BLOCKWISE_HOPPER_GEMM_FACTOR` and :data:`MXFP8_GEMM_FACTOR` for the block recipes.
+FP8_RECIPES = {
+    "delayed": Fp8Recipe("delayed", 4, norm_fused=True, act_fused=True),
+    "tensorwise": Fp8Recipe("tensorwise", 6, norm_fused=False, act_fused=False),
+    "blockwise": Fp8Recipe("blockwise", 4, norm_fused=False, act_fused=False,
+                           gemm_factor=(("hopper", BLOCKWISE_HOPPER_GEMM_FACTOR),
+                                        ("blackwell", MXFP8_GEMM_FACTOR))),
+    "mxfp8": Fp8Recipe("mxfp8", 4, norm_fused=False, act_fused=True,
+                       gemm_factor=(("blackwell", MXFP8_GEMM_FACTOR),)),
+}
+
+
 def _fp8_cast(ctx: _Ctx, name: str, elements: float, kind: str) -> list[Op]:
-    """The cast-transpose of a GEMM operand that no fused kernel produced in fp8 (fp8 only)."""
+    """The quantization of a GEMM operand that no fused kernel produced in fp8 (fp8 only): a
+    cast-transpose, with an amax pass before it under current scaling."""
     if ctx.precision != "fp8":
         return []
-    return [ctx.ew(name + ".fp8cast", elements * FP8_CAST_TRANSPOSE_BYTES, kind)]
+    return [ctx.ew(name + ".fp8cast", elements * ctx.recipe.cast_bytes, kind)]
+
+
+def _fp8_after(ctx: _Ctx, name: str, elements: float, kind: str, producer: str) -> list[Op]:
+    """The quantize pass after a norm (``producer`` ``"norm"``) or an activation (``"act"``)
+    whose output feeds an fp8 GEMM, where the recipe has no kernel that writes fp8 itself."""
+    if ctx.precision != "fp8":
+        return []
+    fused = ctx.recipe.norm_fused if producer == "norm" else ctx.recipe.act_fused
+    if fused:
+        return []
+    return [ctx.ew(name + ".fp8quant", elements * QUANTIZE_AFTER_PRODUCER_BYTES, kind)]
 
 
 def _input_grad(ctx, prefix: str, gemm: str, T: int, n: int, h: int) -> list:
@@ -246,6 +348,7 @@ def _layer_forward(ctx: _Ctx, i: int, recompute: bool = False) -> list[Op]:
     gk = "recompute" if recompute else "gemm"
     ek = "recompute" if recompute else "elementwise"
     ops: list[Op] = [ctx.ew(p + ".attn.norm", Tsp * h * _B * 2, ek)]
+    ops += _fp8_after(ctx, p + ".attn.norm", Tsp * h, ek, "norm")
     ops += _tp_in(ctx, p + ".attn")
     ops.append(ctx.gemm(p + ".attn.qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h, gk))
     ops += ctx.comm(p + ".attn.cp.allgather", "cp", "allgather",
@@ -257,6 +360,8 @@ def _layer_forward(ctx: _Ctx, i: int, recompute: bool = False) -> list[Op]:
     ops += _tp_out(ctx, p + ".attn")
     ops.append(ctx.ew(p + ".attn.residual", Tsp * h * (3 * _B + 1), ek))
     ops.append(ctx.ew(p + ".mlp.norm", Tsp * h * _B * 2, ek))
+    if not m.is_moe_layer(i):                 # a LayerNormMLP: its norm feeds fc1
+        ops += _fp8_after(ctx, p + ".mlp.norm", Tsp * h, ek, "norm")
     ops += _mlp_forward(ctx, i, p, gk, ek)
     ops.append(ctx.ew(p + ".mlp.residual", Tsp * h * (3 * _B + 1), ek))
     return ops
@@ -267,6 +372,7 @@ def _dense_mlp_forward(ctx: _Ctx, p: str, ffn: int, gk: str, ek: str) -> list[Op
     ops = list(_tp_in(ctx, p))
     ops.append(ctx.gemm(p + ".fc1", T, m.fc1_width(ffn) // tp, h, gk))
     ops.append(ctx.ew(p + ".act", T * (m.fc1_width(ffn) + ffn) // tp * _B, ek))
+    ops += _fp8_after(ctx, p + ".act", T * ffn // tp, ek, "act")
     ops.append(ctx.gemm(p + ".fc2", T, h, ffn // tp, gk))
     ops += _tp_out(ctx, p)
     return ops
@@ -331,6 +437,21 @@ def _ep_exchange(ctx: _Ctx, name: str, tokens: float, copies: float, outward: bo
     return rail + node + copy if outward else copy + node + rail
 
 
+def _local_sort(ctx: _Ctx, name: str, rows: float, kind: str) -> list[Op]:
+    """Megatron-Core's all-to-all dispatcher with more than one expert on a rank: the rows an
+    all-to-all brought are grouped by the rank they came from, and the experts want them by
+    expert. "Permutation 2: Sort tokens by local expert" after the dispatch (and its
+    tensor-parallel gather) and "Unpermutation 2" before the combine (``sort_chunks_by_idxs``,
+    ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` and ``combine_preprocess``,
+    NVIDIA/Megatron-LM @d98e8a64 ``megatron/core/transformer/moe/token_dispatcher.py``), and
+    their conjugates backward: one read and one write of every row. The flex dispatcher
+    (``hybridep``) permutes inside its own kernels; one expert a rank needs no sort."""
+    moe = ctx.model.moe
+    if ctx.layout.dispatcher != "alltoall" or moe.experts // ctx.ep <= 1:
+        return []
+    return [ctx.ew(name, rows * ctx.h * _B * 2, kind)]
+
+
 def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     m, h, tp = ctx.model, ctx.h, ctx.tp
     if not m.is_moe_layer(i):
@@ -344,6 +465,7 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     etp, eg = ctx.etp, ctx.etp_group
     if ctx.sp:
         ops += ctx.comm(q + ".tp.allgather", eg, "allgather", rows * h * _B)
+    ops += _local_sort(ctx, q + ".ep.sort", rows, ek)
     rows_i = int(round(rows))
     model_rows = (ctx.T * moe.top_k)                       # without capacity padding
     ops += _fp8_cast(ctx, q + ".experts.fc1", rows * h, ek)
@@ -353,11 +475,14 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     ops += _fp8_cast(ctx, q + ".experts.fc2", rows * fe // etp, ek)
     ops.append(ctx.gemm(q + ".experts.fc2", rows_i, h, fe // etp, gk,
                         2.0 * model_rows * fe * h / tp))
+    ops += _local_sort(ctx, q + ".ep.unsort", rows, ek)
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter", eg, "reducescatter", rows * h * _B)
     ops += _ep_exchange(ctx, q + ".ep.combine", tokens, copies, False, ek)
     ops.append(ctx.ew(q + ".unpermute", copies * h * _B * 2, ek))
     if moe.shared_experts:
+        # a Linear after the MoE layer's own norm: it quantizes its input itself
+        ops += _fp8_cast(ctx, q + ".shared.fc1", ctx.Tsp * h, ek)
         ops += _dense_mlp_forward(ctx, q + ".shared", moe.shared_hidden * moe.shared_experts,
                                   gk, ek)
     return ops
@@ -371,6 +496,7 @@ def _dense_mlp_backward(ctx: _Ctx, p: str, ffn: int) -> list[Op]:
     ops += _fp8_cast(ctx, p + ".fc2.grad", T * h, "elementwise")
     ops += _bwd_gemm(ctx, p + ".fc2", T, h, ffn // tp)
     ops.append(ctx.ew(p + ".act.bwd", 2 * T * (m.fc1_width(ffn) + ffn) // tp * _B))
+    ops += _fp8_after(ctx, p + ".act.bwd", T * m.fc1_width(ffn) // tp, "elementwise", "act")
     if ctx.sp:
         ops += ctx.comm(p + ".tp.allgather.input", "tp", "allgather", T * h * _B,
                         overlapped=True)
@@ -395,6 +521,7 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     ops += _ep_exchange(ctx, q + ".ep.combine.bwd", tokens, copies, True, "elementwise")
     if ctx.sp:
         ops += ctx.comm(q + ".tp.allgather.grad", eg, "allgather", rows * h * _B)
+    ops += _local_sort(ctx, q + ".ep.unsort.bwd", rows, "elementwise")
     ops += _fp8_cast(ctx, q + ".experts.fc2.grad", rows * h, "elementwise")
     ops += _bwd_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // etp,
                      flops=2.0 * model_rows * fe * h / tp)
@@ -402,6 +529,7 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     ops += _fp8_cast(ctx, q + ".experts.fc1.grad", rows * m.fc1_width(fe) // etp, "elementwise")
     ops += _bwd_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h,
                      flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
+    ops += _local_sort(ctx, q + ".ep.sort.bwd", rows, "elementwise")
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter.grad", eg, "reducescatter", rows * h * _B)
     ops += _ep_exchange(ctx, q + ".ep.dispatch.bwd", tokens, copies, False, "elementwise")

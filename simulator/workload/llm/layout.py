@@ -24,8 +24,11 @@ The rest says how the step runs: micro-batch and global batch (micro-batches per
 global / (dp x micro)), the pipeline schedule (``gpipe``, ``1f1b``, ``interleaved`` with
 ``virtual_stages`` chunks per stage), sequence parallelism (tensor-parallel all-reduces become
 reduce-scatter + all-gather), ZeRO stage 0-3 or FSDP, Megatron's distributed optimizer,
-activation recompute (``none``, ``selective``, ``full``), the gradient bucket size, and the
-precision of the matrix products (``bf16``, ``fp16``, ``fp8``).
+activation recompute (``none``, ``selective``, ``full``), the gradient bucket size, the
+precision of the matrix products (``bf16``, ``fp16``, ``fp8``) and, under ``fp8``, the recipe
+that scales it (:data:`FP8_RECIPES`, Megatron-Core's ``fp8_recipe``: ``delayed``, its default;
+``tensorwise``, per-tensor current scaling; ``blockwise``; ``mxfp8``, Blackwell only), whose
+costs :mod:`.costs` charges.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from simulator.errors import ConfigError
 
 __all__ = ["Layout", "PIPELINE_KINDS", "RECOMPUTE", "PRECISIONS", "ATTENTION_KINDS",
-           "MAIN_GRADS", "DISPATCHERS", "check_layout", "main_grad_bytes"]
+           "MAIN_GRADS", "DISPATCHERS", "FP8_RECIPES", "check_layout", "main_grad_bytes"]
 
 PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -50,6 +53,11 @@ MAIN_GRADS = ("auto", "fp32", "bf16", "fp16")
 #: MoE token dispatchers (Megatron-Core ``moe_token_dispatcher_type`` ``alltoall``, or ``flex``
 #: with ``moe_flex_dispatcher_backend`` ``hybridep``); see :mod:`.costs`.
 DISPATCHERS = ("alltoall", "hybridep")
+#: FP8 recipes (Megatron-Core ``fp8_recipe``, NVIDIA/Megatron-LM
+#: ``megatron/core/transformer/transformer_config.py``: "'tensorwise' uses per tensor current
+#: scaling recipe", "'delayed' uses delayed scaling recipe" (the default), "'mxfp8' for Blackwell
+#: architecture only", "'blockwise' for blockwise scaling recipe"); see :mod:`.costs`.
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ class Layout:
     expert_tp: int | None = None      # expert tensor parallelism (None: tp, Megatron's default)
     dispatcher: str = "alltoall"      # MoE token dispatcher, see DISPATCHERS
     ep_overlap: bool = False          # expert all-to-alls hidden behind other compute (below)
+    fp8_recipe: str = "delayed"       # how fp8 operands are scaled, see FP8_RECIPES
 
     @property
     def gpus(self) -> int:
@@ -156,7 +165,8 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
     * ZeRO stage 0..3 (FSDP is stage 3); Megatron's distributed optimizer is ZeRO-1 style and
       does not combine with a ZeRO stage > 0;
     * fp8 needs a GPU with FP8 tensor cores (and bf16 an Ampere or newer GPU) when ``device``
-      is given.
+      is given; ``fp8_recipe`` other than ``delayed`` needs precision fp8, and ``mxfp8`` a
+      Blackwell GPU.
 
     Returns the layout unchanged.
     """
@@ -203,6 +213,12 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
         if layout.recompute == "full":
             raise ConfigError("ep_overlap (moe_a2a_overlap) does not run with full recompute "
                               "(Megatron-Core refuses it)")
+    if layout.fp8_recipe not in FP8_RECIPES:
+        raise ConfigError(f"layout fp8_recipe {layout.fp8_recipe!r}: expected one of "
+                          f"{', '.join(FP8_RECIPES)}")
+    if layout.fp8_recipe != "delayed" and layout.precision != "fp8":
+        raise ConfigError(f"fp8_recipe {layout.fp8_recipe} applies to precision fp8, not "
+                          f"{layout.precision}")
     if layout.dispatcher not in DISPATCHERS:
         raise ConfigError(f"layout dispatcher {layout.dispatcher!r}: expected one of "
                           f"{', '.join(DISPATCHERS)}")
@@ -263,6 +279,14 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
         raise ConfigError(f"{model.name}: an MoE model with tp = {tp} is modelled with "
                           f"sequence parallelism only (set sequence_parallel)")
     if device is not None:
-        from .compute import check_precision
+        from .compute import check_precision, resolve_device
         check_precision(device, layout.precision)
+        if layout.fp8_recipe == "mxfp8":
+            from ...library.machine import compute_capability, generation
+
+            name = resolve_device(device).name
+            gen = generation(compute_capability(name))
+            if gen != "blackwell":
+                raise ConfigError(f"fp8_recipe mxfp8 runs on Blackwell GPUs only (Megatron-Core: "
+                                  f"\"'mxfp8' for Blackwell architecture only\"); {name} is {gen}")
     return layout
