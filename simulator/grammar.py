@@ -752,8 +752,8 @@ class LlmJobSection(Section):
                           "folds the expert groups across tensor-parallel ranks")
     dispatcher: one_of(_choices("DISPATCHERS")) = Field(
         "alltoall", description="MoE token dispatcher: alltoall (NCCL all-to-all of every "
-                                "token-expert copy) or hybridep (Hybrid-EP: once per machine "
-                                "over RDMA, then NVLink)")
+                                "token-expert copy), hybridep (Hybrid-EP: once per machine "
+                                "over RDMA, then NVLink) or deepep (the same, DeepEP's kernels)")
     ep_overlap: bool = Field(False, description="expert all-to-alls hidden behind another "
                                                 "micro-batch's compute (moe_a2a_overlap)")
     fp8_recipe: one_of(_choices("FP8_RECIPES")) = Field(

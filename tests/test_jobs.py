@@ -264,7 +264,7 @@ def test_an_llm_job_states_its_expert_tensor_parallelism():
     hidden = read(text.replace("expert_tp: 1,", "expert_tp: 1, ep_overlap: true,"), "m.yaml")
     assert hidden.study[0].layout(8).ep_overlap is True
     with pytest.raises(ConfigError, match=r"m.yaml:\d+: jobs.0.dispatcher.*hybridep"):
-        read(text.replace("expert_tp: 1,", "expert_tp: 1, dispatcher: deepep,"), "m.yaml")
+        read(text.replace("expert_tp: 1,", "expert_tp: 1, dispatcher: allgather,"), "m.yaml")
     assert layout.fp8_recipe == "delayed"
     mx = read(text.replace("expert_tp: 1,", "expert_tp: 1, fp8_recipe: mxfp8,"), "m.yaml")
     assert mx.study[0].layout(8).fp8_recipe == "mxfp8"

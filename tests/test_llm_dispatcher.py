@@ -120,9 +120,9 @@ def test_hybridep_step_keeps_expert_traffic_off_the_nics():
 
 
 def test_dispatcher_refusals_name_the_choices(capsys):
-    with pytest.raises(ConfigError, match="dispatcher 'deepep': expected one of alltoall, "
-                                          "hybridep"):
-        check_layout(QWEN, Layout(ep=8, dp=8, global_batch=8, dispatcher="deepep"))
+    with pytest.raises(ConfigError, match="dispatcher 'allgather': expected one of alltoall, "
+                                          "hybridep, deepep"):
+        check_layout(QWEN, Layout(ep=8, dp=8, global_batch=8, dispatcher="allgather"))
     with pytest.raises(SystemExit) as out:
         main(["llm", "--model", "qwen3-30b-a3b", "--topology", "hgx-b200", "--ep", "8",
               "--dp", "8", "--global-batch", "8", "--dispatcher", "nccl"])
@@ -134,8 +134,8 @@ def test_dispatcher_refusals_name_the_choices(capsys):
     row = {"model": "qwen3-30b-a3b", "gpus": 8, "tp": 1, "ep": 8, "global_batch": 8,
            "dispatcher": "HybridEP"}
     assert row_layout(row)[0].dispatcher == "hybridep"
-    row["dispatcher"] = "deepep"
-    with pytest.raises(ConfigError, match="dispatcher 'deepep': expected one of"):
+    row["dispatcher"] = "allgather"
+    with pytest.raises(ConfigError, match="dispatcher 'allgather': expected one of"):
         row_layout(row)
 
 
@@ -260,3 +260,17 @@ def test_the_alltoall_dispatcher_sorts_rows_by_local_expert():
     rows_bytes = 4096 * 8 * 2048 * 2 * 2
     assert many["ep.sort"].compute_s == pytest.approx(
         5e-6 + rows_bytes / (3.35e12 * 0.90), rel=0.02)
+
+
+def test_deepep_moves_hybrideps_rows_without_its_buffer_copy():
+    def exchange_ops(dispatcher):
+        lay = Layout(ep=16, dp=16, global_batch=16, dispatcher=dispatcher)
+        chunk = step_work(QWEN, lay, "h100-sxm5-80gb", ep_machines=2).chunks[(0, 0)]
+        return [o for o in chunk.forward + chunk.backward if ".ep." in o.name]
+
+    hybrid, deep = exchange_ops("hybridep"), exchange_ops("deepep")
+    copies = [o.name for o in hybrid if o.name.endswith(".copy")]
+    assert copies and not any(o.name.endswith(".copy") for o in deep)
+    assert [(o.name, o.comm) for o in deep] == [(o.name, o.comm) for o in hybrid
+                                                if not o.name.endswith(".copy")]
+    assert {o.comm.group for o in deep if o.comm} == {"ep_rail", "ep_node"}

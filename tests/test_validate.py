@@ -112,7 +112,7 @@ def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp
     assert now.loc["megatron", "kind"] == "llm" and now.loc["nvdle-dgx1", "kind"] == "training"
     assert now.loc["nvidia-llm-h100", "points"] == 10 and now.loc["nvidia-llm-b200", "points"] == 2
     assert now.loc["nvidia-moe-b200", "points"] == 3 and now.loc["nvidia-moe-b200", "kind"] == "llm"
-    assert now.loc["moe-layer-h100", "points"] == 16 and now.loc["moe-layer-h100", "kind"] == "layer"
+    assert now.loc["moe-layer-h100", "points"] == 24 and now.loc["moe-layer-h100", "kind"] == "layer"
 
 
 def test_a_case_gives_what_compare_gives_and_the_means_weigh_cases_alike(tmp_path, capsys):

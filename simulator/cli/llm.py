@@ -42,9 +42,10 @@ def add_llm_parser(subparsers) -> None:
                         "expert groups across tensor-parallel ranks")
     p.add_argument("--dispatcher", default=None, choices=DISPATCHERS,
                    help="MoE token dispatcher: alltoall (Megatron-Core's default, NCCL "
-                        "all-to-all of every token-expert copy) or hybridep (the flex "
+                        "all-to-all of every token-expert copy), hybridep (the flex "
                         "dispatcher's Hybrid-EP: a token crosses to another machine once and "
-                        "is forwarded over NVLink); default alltoall")
+                        "is forwarded over NVLink) or deepep (DeepEP's normal kernels: the "
+                        "same, without Hybrid-EP's buffer copy); default alltoall")
     p.add_argument("--ep-overlap", action="store_true",
                    help="hide the expert all-to-alls behind other compute (Megatron-Core's "
                         "overlap_moe_expert_parallel_comm, Megatron-Bridge's moe_a2a_overlap)")

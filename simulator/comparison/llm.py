@@ -11,7 +11,8 @@ comparison says what it guessed:
 * ``pp``, ``cp``, ``ep``, ``virtual_stages``: 1; ``dp``: gpus / (tp x cp x pp);
   ``main_grads`` (gradients accumulated and reduced in fp32, bf16 or fp16: Megatron's
   ``grad_reduce_in_fp32``): ``auto``, Megatron-LM's default for the precision;
-  ``dispatcher`` (the MoE token dispatcher, ``alltoall`` or ``hybridep``): ``alltoall``,
+  ``dispatcher`` (the MoE token dispatcher, ``alltoall``, ``hybridep`` or ``deepep``):
+  ``alltoall``,
   Megatron-Core's default; ``moe_a2a_overlap`` (``true``/``false``: Megatron-Core's 1F1B
   all-to-all overlap, the layout's ``ep_overlap``): false; ``fp8_recipe`` of an fp8 row
   (``delayed``, ``tensorwise``, ``blockwise``, ``mxfp8``): ``delayed``, Megatron-Core's default;

@@ -25,7 +25,8 @@ element, 2):
   experts as a dense TP MLP. With ``expert_tp = 1`` and ``tp > 1`` (MoE parallel folding) the expert
   group spans tensor-parallel ranks and no collective runs inside the experts. The
   ``hybridep`` dispatcher replaces each all-to-all by a rail all-to-all across machines, an
-  NVLink all-to-all inside them and a device copy (:func:`_ep_exchange`).
+  NVLink all-to-all inside them and a device copy, ``deepep`` the same without the copy
+  (:func:`_ep_exchange`).
 
 Tensor-parallel placement follows Shoeybi et al. 2019 (the ``f``/``g`` operators: 2 all-reduces
 per layer forward, 2 backward) and Korthikanti et al. 2022 (sequence parallelism: all-gather
@@ -399,6 +400,10 @@ def hit_probability(experts: int, top_k: int, held: float) -> float:
     return 1.0 - miss
 
 
+#: Dispatchers that send a token to another machine once and forward it over NVLink there.
+HIERARCHICAL_DISPATCHERS = ("hybridep", "deepep")
+
+
 def _ep_exchange(ctx: _Ctx, name: str, tokens: float, copies: float, outward: bool,
                  kind: str) -> list[Op]:
     """One dispatch (``outward``: tokens to their experts; also the backward of combine) or
@@ -417,15 +422,22 @@ def _ep_exchange(ctx: _Ctx, name: str, tokens: float, copies: float, outward: bo
     per GPU), run one after the other (Hybrid-EP pipelines them; the model does not). Megatron
     copies the dispatch output out of, and the combine input into, Hybrid-EP's registered
     buffer: a device copy of the landed rows ("about 10%-20% of the communication time",
-    NVIDIA/Megatron-LM ``docs/discussions/deepseek-v3-gb200-optimization`` @eb0783b6)."""
+    NVIDIA/Megatron-LM ``docs/discussions/deepseek-v3-gb200-optimization`` @eb0783b6).
+
+    ``deepep`` (DeepEP's normal kernels, the flex dispatcher's other backend): the same
+    hierarchy, which DeepEP's kernels were built for ("kernels optimized for asymmetric-domain
+    bandwidth forwarding, such as forwarding data from NVLink domain to RDMA domain",
+    deepseek-ai/DeepEP ``README.md``; DeepSeek-V3's dispatch, arXiv 2412.19437 section 3.2.2:
+    "first transmitted via IB to the GPUs with the same in-node index on their target nodes",
+    then "forwarded via NVLink"), into buffers DeepEP allocates itself: no copy."""
     row = ctx.h * _B
-    if ctx.layout.dispatcher != "hybridep":
+    if ctx.layout.dispatcher not in HIERARCHICAL_DISPATCHERS:
         return ctx.comm(name, "ep", "alltoall", copies * row)
     moe, ep = ctx.model.moe, ctx.ep
     n = max(1, min(ctx.ep_machines, ep))
     if ep % n:
-        raise ConfigError(f"the hybridep dispatcher needs each expert group spread evenly over "
-                          f"its machines: ep {ep} over {n} machines")
+        raise ConfigError(f"the {ctx.layout.dispatcher} dispatcher needs each expert group "
+                          f"spread evenly over its machines: ep {ep} over {n} machines")
     local = ep // n
     landed = ep * tokens * hit_probability(moe.experts, moe.top_k, moe.experts / ep)
     # an all-to-all's size is its send buffer, the same bytes to each member
@@ -433,7 +445,8 @@ def _ep_exchange(ctx: _Ctx, name: str, tokens: float, copies: float, outward: bo
     to_gpu = round(landed * row / local)
     rail = ctx.comm(name + ".rdma", "ep_rail", "alltoall", n * to_machine) if n > 1 else []
     node = ctx.comm(name + ".nvl", "ep_node", "alltoall", local * to_gpu) if local > 1 else []
-    copy = [ctx.ew(name + ".copy", landed * row * 2, kind)] if ep > 1 else []
+    copy = ([ctx.ew(name + ".copy", landed * row * 2, kind)]
+            if ep > 1 and ctx.layout.dispatcher == "hybridep" else [])
     return rail + node + copy if outward else copy + node + rail
 
 
@@ -445,7 +458,8 @@ def _local_sort(ctx: _Ctx, name: str, rows: float, kind: str) -> list[Op]:
     ``MoEAlltoAllTokenDispatcher.dispatch_postprocess`` and ``combine_preprocess``,
     NVIDIA/Megatron-LM @d98e8a64 ``megatron/core/transformer/moe/token_dispatcher.py``), and
     their conjugates backward: one read and one write of every row. The flex dispatcher
-    (``hybridep``) permutes inside its own kernels; one expert a rank needs no sort."""
+    (``hybridep``, ``deepep``) permutes inside its own kernels; one expert a rank needs no
+    sort."""
     moe = ctx.model.moe
     if ctx.layout.dispatcher != "alltoall" or moe.experts // ctx.ep <= 1:
         return []

@@ -13,7 +13,9 @@ expert_tp 1`` on 16 data-parallel replicas). ``dispatcher`` is how MoE layers mo
 their experts (:data:`DISPATCHERS`): Megatron-Core's ``alltoall`` token dispatcher (an NCCL
 all-to-all of every token-expert copy) or its ``flex`` dispatcher with the ``hybridep`` backend
 (DeepEP's Hybrid-EP: a token crosses to another machine once, to the GPU of its own rail, and
-is forwarded over NVLink to each GPU holding one of its experts, once per GPU). ``ep_overlap``
+is forwarded over NVLink to each GPU holding one of its experts, once per GPU), or the same
+dispatcher with the ``deepep`` backend (DeepEP's normal kernels: the same hierarchy, without
+Hybrid-EP's buffer copy). ``ep_overlap``
 is Megatron-Core's ``overlap_moe_expert_parallel_comm`` (Megatron-Bridge's ``moe_a2a_overlap``:
 the 1F1B all-to-all overlap, which runs one micro-batch's forward against another's backward so
 that each one's expert all-to-alls hide behind the other's compute); the model marks the expert
@@ -51,8 +53,8 @@ ATTENTION_KINDS = ("auto", "flash", "unfused")
 #: for fp16 training.
 MAIN_GRADS = ("auto", "fp32", "bf16", "fp16")
 #: MoE token dispatchers (Megatron-Core ``moe_token_dispatcher_type`` ``alltoall``, or ``flex``
-#: with ``moe_flex_dispatcher_backend`` ``hybridep``); see :mod:`.costs`.
-DISPATCHERS = ("alltoall", "hybridep")
+#: with ``moe_flex_dispatcher_backend`` ``hybridep`` or ``deepep``); see :mod:`.costs`.
+DISPATCHERS = ("alltoall", "hybridep", "deepep")
 #: FP8 recipes (Megatron-Core ``fp8_recipe``, NVIDIA/Megatron-LM
 #: ``megatron/core/transformer/transformer_config.py``: "'tensorwise' uses per tensor current
 #: scaling recipe", "'delayed' uses delayed scaling recipe" (the default), "'mxfp8' for Blackwell

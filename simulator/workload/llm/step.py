@@ -232,9 +232,10 @@ class _Step:
         return g
 
     def _ep_subgroup(self, kind: str, r: int) -> tuple:
-        """The hybridep dispatcher's groups (:func:`.costs._ep_exchange`): ``ep_node``, the
-        members of ``r``'s expert group on its machine; ``ep_rail``, one member per machine of
-        the group, each at ``r``'s position among its machine's members."""
+        """The hierarchical dispatchers' groups (``hybridep``, ``deepep``;
+        :func:`.costs._ep_exchange`): ``ep_node``, the members of ``r``'s expert group on its
+        machine; ``ep_rail``, one member per machine of the group, each at ``r``'s position
+        among its machine's members."""
         ep = self.group("ep", r)
         on: dict = {}
         for m, machine in zip(ep, self.pl.machines(self.graph, ep)):
@@ -907,7 +908,8 @@ def _trace(events, pl: Placement, title: str) -> dict:
 
 def expert_machines(graph: nx.DiGraph, layout: Layout, pl: Placement | None = None) -> int:
     """How many machines one expert-parallel group of ``layout`` spans on ``graph`` (1 without
-    expert parallelism): what the ``hybridep`` dispatcher sends across once per token."""
+    expert parallelism): what the ``hybridep`` and ``deepep`` dispatchers send across once per
+    token."""
     if layout.ep <= 1:
         return 1
     pl = pl or place(graph, layout)

@@ -33,8 +33,8 @@ COLLECTIVES = ("allreduce", "reducescatter", "allgather", "alltoall", "sendrecv"
 
 
 def stream_of(group: str) -> str:
-    """The stream (and breakdown part) of a group kind: the Hybrid-EP dispatcher's ``ep_rail``
-    and ``ep_node`` groups are expert parallelism's ``ep``."""
+    """The stream (and breakdown part) of a group kind: the hierarchical dispatchers'
+    ``ep_rail`` and ``ep_node`` groups are expert parallelism's ``ep``."""
     return group.split("_")[0]
 
 
