@@ -246,12 +246,14 @@ BLOCKWISE_HOPPER_GEMM_FACTOR = (22.882 - (18.978 - 16.785)) / 16.785
 #: * GEMMs: per-tensor kernels for delayed and tensor-wise scaling;
 #:   :data:`BLOCKWISE_HOPPER_GEMM_FACTOR` and :data:`MXFP8_GEMM_FACTOR` for the block recipes.
 FP8_RECIPES = {
-    "delayed": Fp8Recipe("delayed", 4, norm_fused=True, act_fused=True),
-    "tensorwise": Fp8Recipe("tensorwise", 6, norm_fused=False, act_fused=False),
-    "blockwise": Fp8Recipe("blockwise", 4, norm_fused=False, act_fused=False,
+    "delayed": Fp8Recipe("delayed", FP8_CAST_TRANSPOSE_BYTES, norm_fused=True, act_fused=True),
+    "tensorwise": Fp8Recipe("tensorwise", FP8_CAST_TRANSPOSE_BYTES + _B, norm_fused=False,
+                            act_fused=False),
+    "blockwise": Fp8Recipe("blockwise", FP8_CAST_TRANSPOSE_BYTES, norm_fused=False,
+                           act_fused=False,
                            gemm_factor=(("hopper", BLOCKWISE_HOPPER_GEMM_FACTOR),
                                         ("blackwell", MXFP8_GEMM_FACTOR))),
-    "mxfp8": Fp8Recipe("mxfp8", 4, norm_fused=False, act_fused=True,
+    "mxfp8": Fp8Recipe("mxfp8", FP8_CAST_TRANSPOSE_BYTES, norm_fused=False, act_fused=True,
                        gemm_factor=(("blackwell", MXFP8_GEMM_FACTOR),)),
 }
 
