@@ -219,3 +219,17 @@ def test_an_op_outside_every_layer_is_in_no_part():
     stray = dataclasses.replace(chunk, forward=chunk.forward + (extra,))
     forward, _ = layer_ops(dataclasses.replace(work, chunks={(0, 0): stray}), 0, "layer")
     assert extra not in forward
+
+
+def test_a_row_may_name_a_registered_model_and_its_layer(tmp_path):
+    path = tmp_path / "qwen.csv"
+    path.write_text("model,gpus,tp,ep,seq_len,micro_batch,part,layer,sequence_parallel,"
+                    "measured_forward_ms\n"
+                    "qwen3-30b-a3b,8,1,8,4096,1,mlp,3,no,2.0\n"
+                    "qwen3-30b-a3b,8,1,8,4096,1,mlp,48,,2.0\n"
+                    "qwen3-30b-a3b,8,1,8,2048,1,mlp,3,maybe,2.0\n")
+    points = compare_layers(read_layer_table(path), "hgx-h100")
+    first = points.iloc[0]
+    assert first["skipped"] == "" and first["simulated_ms"] > 0
+    assert "layers 0 to 47" in points.iloc[1]["skipped"]
+    assert "sequence_parallel 'maybe': expected one of" in points.iloc[2]["skipped"]

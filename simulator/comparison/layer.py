@@ -32,8 +32,8 @@ import dataclasses
 import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
-from .llm import (_cell, _choice, _device_of, _graph_for, _precision, _preset_shape,
-                  error_tables, format_llm_summary, fp8_recipe, located_rows)
+from .llm import (BOOLEANS, TRUE_WORDS, _cell, _choice, _device_of, _graph_for, _precision,
+                  _preset_shape, error_tables, format_llm_summary, fp8_recipe, located_rows)
 
 __all__ = ["LAYER_POINT_COLUMNS", "compare_layers", "format_layer_points",
            "format_layer_summary", "layer_layout", "layer_model", "summarise_layers"]
@@ -49,25 +49,20 @@ LAYER_POINT_COLUMNS = ("source_id", "model", "part", "layer", "pass", "gpus", "t
 _PASSES = (("forward", "measured_forward_ms", "forward_s", "forward_compute_s"),
            ("backward", "measured_backward_ms", "backward_s", "backward_compute_s"))
 
-_BOOLEANS = ("true", "false", "yes", "no", "1", "0")
-_TRUE = ("true", "yes", "1")
-
 #: Defaults of a shape's blank columns (see the module docstring).
 SHAPE_DEFAULTS = {"ffn_kind": "gelu", "heads": 8, "vocab": 32_000}
 
 
 def layer_model(row, assumed: list):
-    """The row's model: its shape columns when ``hidden`` is filled, else the registered model
-    named in ``model``; with the row's ``seq_len``, and at least ``layer + 1`` layers."""
+    """The row's model: its shape columns when ``hidden`` is filled (``layer + 1`` layers of
+    that shape), else the registered model named in ``model``; with the row's ``seq_len``."""
     from ..workload.llm.model import MoEConfig, TransformerConfig
     from ..workload.llm.registry import get_llm_model
 
     seq_len = int(row["seq_len"])
     index = int(_cell(row, "layer") or 0)
     if _cell(row, "hidden") is None:
-        config = get_llm_model(str(row["model"]).strip())
-        return dataclasses.replace(config, seq_len=seq_len,
-                                   layers=max(config.layers, index + 1))
+        return dataclasses.replace(get_llm_model(str(row["model"]).strip()), seq_len=seq_len)
 
     def value(column):
         found = _cell(row, column)
@@ -134,7 +129,7 @@ def layer_layout(row, model, assumed: list):
         if tp > 1:
             assumed.append(f"sequence_parallel={str(sequence_parallel).lower()}")
     else:
-        sequence_parallel = _choice(stated, "sequence_parallel", _BOOLEANS, "false") in _TRUE
+        sequence_parallel = _choice(stated, "sequence_parallel", BOOLEANS, "false") in TRUE_WORDS
     micro = int(row["micro_batch"])
     precision = "bf16" if precision is None else _precision(precision)
     return Layout(tp=tp, cp=cp, ep=ep, pp=1, dp=dp, micro_batch=micro, global_batch=dp * micro,

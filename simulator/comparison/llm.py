@@ -105,6 +105,11 @@ def _recompute(text) -> str:
     raise ConfigError(f"activation_recompute {text!r}: expected none, selective or full")
 
 
+#: How a table writes a yes/no column (``moe_a2a_overlap``, ``sequence_parallel``), and its yes.
+BOOLEANS = ("true", "false", "1", "0", "yes", "no")
+TRUE_WORDS = ("true", "1", "yes")
+
+
 def _choice(text, column: str, allowed, default: str) -> str:
     """A row's value of a column with named choices (``main_grads``, ``dispatcher``):
     ``default`` when blank, else one of ``allowed`` (case-insensitive), else refused naming
@@ -188,8 +193,7 @@ def row_layout(row):
     # the precision gradients are accumulated and reduced in (Megatron's grad_reduce_in_fp32)
     main_grads = _choice(_cell(row, "main_grads"), "main_grads", MAIN_GRADS, "auto")
     dispatcher = _choice(_cell(row, "dispatcher"), "dispatcher", DISPATCHERS, "alltoall")
-    overlap = _choice(_cell(row, "moe_a2a_overlap"), "moe_a2a_overlap",
-                      ("true", "false", "1", "0", "yes", "no"), "false")
+    overlap = _choice(_cell(row, "moe_a2a_overlap"), "moe_a2a_overlap", BOOLEANS, "false")
     precision = _cell(row, "precision")
     precision = "bf16" if precision is None else _precision(precision)
     if _cell(row, "precision") is None:
@@ -202,7 +206,7 @@ def row_layout(row):
                     distributed_optimizer=False, recompute=recompute, precision=precision,
                     attention=_attention(row, assumed), main_grads=main_grads,
                     expert_tp=None if expert_tp is None else int(expert_tp),
-                    dispatcher=dispatcher, ep_overlap=overlap in ("true", "1", "yes"),
+                    dispatcher=dispatcher, ep_overlap=overlap in TRUE_WORDS,
                     fp8_recipe=recipe)
     return layout, assumed
 
