@@ -380,6 +380,31 @@ def test_tree_transfers_inside_a_machine_move_at_one_channels_speed():
     assert capped == pytest.approx(free, rel=0.05)
 
 
+def test_a_slow_network_does_not_slow_a_trees_copies_inside_the_machine():
+    """Four workstations of four GPUs (no peer-to-peer) on one 10 Gb/s NIC each: NCCL's search
+    runs the tree graph's channels at the NIC's speed (1.2 GB/s), a budget for what crosses
+    machines. A thread block still copies inside its machine at a machine channel's speed
+    (Ampere: 20 GB/s), so a small LL tree stays near NCCL's own line; capping every copy at the
+    NIC's share made it store and forward each 2 KiB line-trip over ten hops at 0.15 GB/s (155
+    us at 2 KiB, 3x NCCL's line). Where the network is fast (two p4d, above) nothing changes."""
+    graph = load_topology("pcie-4x-consumer", {"nodes": 4})
+    lib = get_library("nccl")
+    tree = [c for c in lib.candidates(graph, "allreduce", 2048, 16)
+            if c.algorithm == "tree" and c.protocol == "LL"][0]
+    assert tree.channel_speed_GBps == pytest.approx(1.2)
+    plan = lib.plan(graph, "allreduce", "tree", 2048, 16, protocol="LL")
+    # the NIC's budget for one tree channel (tree and LL factors on 1.2 GB/s) was the copy's
+    # cap; the machine's 20 GB/s channel gives it more than ten times that
+    assert tree.channels == 1
+    assert plan.options["local_flow_cap_bytes_per_s"] > 10 * tree.busbw_GBps * 1e9
+    for size in (256, 1024, 2048):
+        c = [c for c in lib.candidates(graph, "allreduce", size, 16)
+             if c.algorithm == "tree" and c.protocol == "LL"][0]
+        t = run_collective(graph, "allreduce", "tree", size, gpus=16, library="nccl",
+                           protocol="LL", engine="auto").row["time_s"]
+        assert c.predicted_time_us * 1e-6 < t < 1.45 * c.predicted_time_us * 1e-6
+
+
 def test_tree_pipelines_nccls_chunks():
     """The engine's tree segments are NCCL's chunks (2 DGX A100 over InfiniBand, 8 MiB, LL128:
     72,000 B), so a mid-size tree pays the fill of its chunks through the chain and the
@@ -489,3 +514,19 @@ def test_nccl_229_corrects_the_nvls_tree_on_blackwell_x86_in_its_choice_only():
         factor = 0.7 if v == "2.30" else 1.0
         assert nvls.predicted_time_us == pytest.approx(
             nvls.latency_us + (16 << 20) / (1000.0 * nvls.algbw_GBps * factor))
+
+
+def test_releases_before_2_4_have_rings_only():
+    """NCCL added its trees in 2.4.2-1 ("Add tree algorithms for allreduce", NVIDIA/nccl
+    1450d426); a 2.3 run (Horovod's 2017 tables) offers the tuner rings only, although the
+    model prices it with its oldest table (2.5), and a forced tree says why it cannot run."""
+    from simulator.errors import ConfigError
+
+    graph = load_topology("dgx1-p100", {"nodes": 4})
+    algorithms = {release: {c.algorithm for c in get_library("nccl", version=release)
+                            .candidates(graph, "allreduce", 1 << 20, 32)}
+                  for release in ("2.3", "2.4", "2.5")}
+    assert algorithms["2.3"] == {"ring"}
+    assert algorithms["2.4"] == algorithms["2.5"] == {"ring", "tree"}
+    with pytest.raises(ConfigError, match=r"trees from 2\.4 on .*asked for is 2\.3"):
+        get_library("nccl", version="2.3").plan(graph, "allreduce", "tree", 1 << 20, 32)

@@ -100,6 +100,10 @@ DATAPATH_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
 CHANNEL_SPEED = {"volta": 20.0, "ampere": 20.0, "hopper": 40.0, "blackwell": 40.0}
 MAX_CHANNELS = 32
 MAX_TREE_SEGMENTS = 64
+#: The first NCCL release with trees: 2.4.2-1 "Add tree algorithms for allreduce to improve
+#: performance at scale" (NVIDIA/nccl commit 1450d426, 2018-12-13; v2.3.7-1 has no tree code).
+#: An older release the model runs on its oldest table (2.5) keeps NCCL's rings only.
+TREES_SINCE = (2, 4)
 #: Smallest pipeline segment of a tree in the engine (finer than NCCL's chunks, so that the
 #: engine's bandwidth term is the pipelined rate NCCL's model assumes; NCCL's own shortfall
 #: for mid sizes is its treeCorrectionFactor, applied to the rate).
@@ -434,20 +438,7 @@ class NcclLibrary:
         bwIntra for trees (2 nodes or collnet)"): :func:`tree_speed_two_machines`. Other
         machines: ``CHANNEL_SPEED``."""
         eps = endpoints(graph)[:gpus]
-        intra = math.inf
-        for e in eps[:max(1, int(facts.ranks_per_node))]:
-            total = 0.0
-            for v in graph.successors(e):
-                kind = graph.edges[e, v].get("kind")
-                if (facts.intra_hw == "nvlink") == (kind in ("nvlink", "nvswitch")):
-                    total += graph.edges[e, v]["bandwidth_bytes_per_s"] * link_efficiency(
-                        kind, facts)
-                    cap = graph.nodes[v].get("throughput_bytes_per_s")
-                    if cap:
-                        total = min(total, cap * PCIE_EFFICIENCY)
-            intra = min(intra, total / 1e9)
-        if not math.isfinite(intra) or intra <= 0:
-            intra = 1.0
+        intra = self._intra_total(graph, eps, facts)
         inter = math.inf
         first = graph.nodes[eps[0]].get("node_index", 0)
         nics = [n for n, a in graph.nodes(data=True)
@@ -482,13 +473,54 @@ class NcclLibrary:
             tree_speed = (tree_speed_two_machines(speed, channels, intra, cc)
                           if facts.nodes == 2 else speed)
             return intra, inter, channels, speed, tree_speed
-        elif facts.nodes == 1 and facts.nvswitch and facts.intra_hw == "nvlink":
-            channels, speed = nvswitch_search(intra, cc, self.release, most)
-            intra = channels * speed
-        else:
-            speed = CHANNEL_SPEED[facts.generation]
-            channels = min(MAX_CHANNELS, max(2, int(math.ceil(intra / speed - 1e-9))))
+        elif facts.nodes == 1:
+            channels, speed = self._machine_search(intra, facts)
+            intra = channels * speed if facts.nvswitch and facts.intra_hw == "nvlink" else intra
+            return intra, inter, channels, speed, speed
+        channels, speed = self._machine_search(intra, facts, nvswitch=False)
         return intra, inter, channels, speed, speed
+
+    def _machine_search(self, intra_GBps: float, facts: MachineFacts,
+                        nvswitch: bool = True) -> tuple[int, float]:
+        """(channels, GB/s each) of NCCL's ring search inside one machine whose GPUs each reach
+        the others at ``intra_GBps``: :func:`nvswitch_search` on an NVSwitch machine (unless
+        ``nvswitch`` is False), else ``CHANNEL_SPEED`` of the GPU's generation."""
+        if nvswitch and facts.nvswitch and facts.intra_hw == "nvlink":
+            return nvswitch_search(intra_GBps, facts.compute_capability, self.release,
+                                   max(1, self.version.max_channels // 2))
+        speed = CHANNEL_SPEED[facts.generation]
+        return min(MAX_CHANNELS, max(2, int(math.ceil(intra_GBps / speed - 1e-9)))), speed
+
+    @staticmethod
+    def _intra_total(graph: nx.DiGraph, eps: list, facts: MachineFacts) -> float:
+        """The bandwidth, GB/s, with which the slowest GPU of the first machine reaches the
+        others at NCCL's link rates: its NVLink (NVSwitch) links, or its PCIe link without
+        NVLink, at most the throughput of the node it reaches them through (1.0 when none)."""
+        intra = math.inf
+        for e in eps[:max(1, int(facts.ranks_per_node))]:
+            total = 0.0
+            for v in graph.successors(e):
+                kind = graph.edges[e, v].get("kind")
+                if (facts.intra_hw == "nvlink") == (kind in ("nvlink", "nvswitch")):
+                    total += graph.edges[e, v]["bandwidth_bytes_per_s"] * link_efficiency(
+                        kind, facts)
+                    cap = graph.nodes[v].get("throughput_bytes_per_s")
+                    if cap:
+                        total = min(total, cap * PCIE_EFFICIENCY)
+            intra = min(intra, total / 1e9)
+        return intra if math.isfinite(intra) and intra > 0 else 1.0
+
+    def _block_speed(self, graph: nx.DiGraph, gpus: int, facts: MachineFacts,
+                     search_GBps: float) -> float:
+        """The speed, GB/s, of one channel's copies between two GPUs of one machine: the speed
+        NCCL's search gives one channel of that machine on its own (:meth:`_machine_search`),
+        or ``search_GBps``, the call's own graph channel, where that is faster (a tree over two
+        machines raises it). A graph across machines slows its channels to the NIC's speed
+        (``search.cc``: one speed for ``bwIntra`` and ``bwInter``); that is a bandwidth budget
+        the NIC sets, not the rate at which a thread block copies inside the machine."""
+        machine = self._machine_search(
+            self._intra_total(graph, endpoints(graph)[:gpus], facts), facts)[1]
+        return max(machine, search_GBps)
 
     @staticmethod
     def _gpu_pcie_rate(graph: nx.DiGraph, gpu) -> float:
@@ -529,7 +561,7 @@ class NcclLibrary:
         algorithms = settings.algorithms if settings is not None else None
         out = []
         for algo in ("tree", "ring", "nvls", "nvls_tree", "collnet_direct"):
-            if algo == "tree" and collective != "allreduce":
+            if algo == "tree" and (collective != "allreduce" or self.release < TREES_SINCE):
                 continue
             if algorithms is not None and algo not in algorithms:
                 continue          # the platform's documented NCCL_ALGO / NCCL_NVLS_ENABLE
@@ -841,6 +873,9 @@ class NcclLibrary:
                            "GPUs (NCCL >= 2.18; Blackwell from 2.25)")
         if wanted == "tree" and collective != "allreduce":
             reasons.append("NCCL's tree runs all-reduce only")
+        if wanted == "tree" and self.release < TREES_SINCE:
+            reasons.append(f"NCCL has trees from {'.'.join(map(str, TREES_SINCE))} on (the "
+                           f"release asked for is {'.'.join(map(str, self.release))})")
         if wanted == "collnet_direct":
             reasons.append("CollNet needs several machines on a SHARP fabric (topology "
                            "parameter sharp: true) and NCCL >= 2.12")
@@ -1011,16 +1046,19 @@ class NcclLibrary:
                                        facts.ranks, tuned_channels(
                                            runtime_channels(v, c.channels), size_bytes,
                                            threads, threshold))
-            one_channel = self._channel_busbw(facts, c.protocol, "tree",
-                                              speed=c.channel_speed_GBps) * 1e9 \
-                * self.scale["bandwidth"]
+            # one channel is one thread block: inside a machine it copies at the speed NCCL's
+            # search gives a channel of that machine (:meth:`_block_speed`), not at the
+            # network's share a graph across machines budgets it; the NICs' own links bound
+            # what crosses machines
+            one_channel = self._channel_busbw(facts, c.protocol, "tree", speed=self._block_speed(
+                graph, gpus, facts, c.channel_speed_GBps)) * 1e9 * self.scale["bandwidth"]
             channel_cap = runtime * one_channel
             # each tree is one channel, whose thread block copies every chunk between two GPUs
-            # of a machine: one such transfer moves at most the graph search's per-channel
-            # speed (two runtime channels share a search channel's speed only while both use
-            # the link, which channel_cap says), however idle the link. Chunks store and
-            # forward hop by hop (one FIFO step each), so a mid-size call has few transfers on
-            # a link at a time. Across machines the NIC moves them.
+            # of a machine: one such transfer moves at most that block's speed (two runtime
+            # channels share a search channel's speed only while both use the link, which
+            # channel_cap says), however idle the link. Chunks store and forward hop by hop
+            # (one FIFO step each), so a mid-size call has few transfers on a link at a time.
+            # Across machines the NIC moves them.
             options["local_flow_cap_bytes_per_s"] = 2 * one_channel
             nccl_channels = runtime
             if chains is not None:
