@@ -386,6 +386,10 @@ class TrainingSection(Section):
     gpus: listed(Count)
     aggregations: listed(Annotated[str, PlainValidator(_aggregation, json_schema_input_type=str)])
     precision: Precision = "fp32"
+    gradient_dtype: Literal["fp16", "bf16", "fp32"] | None = Field(
+        None, description="the dtype gradients are all-reduced in (default: the precision's; "
+                          "amp: fp16). fp32 for mixed precision that keeps fp32 variables "
+                          "(TensorFlow AMP, Keras mixed_float16, Apex O1, torch.cuda.amp)")
     device: Device | None = None
     bucket: Size = 25 * 2**20
     overlap: bool = True

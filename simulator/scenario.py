@@ -177,7 +177,8 @@ def _training(section: grammar.TrainingSection, seed: int):
         overlap=section.overlap, slices=section.slices, ps=section.ps.build(),
         measured_csv=section.compute.measured if section.compute else None, seed=seed,
         framework=parse_framework(section.framework) if section.framework else None,
-        single_gpu_throughput=section.single_gpu_throughput, **extra)
+        single_gpu_throughput=section.single_gpu_throughput,
+        gradient_dtype=section.gradient_dtype, **extra)
 
 
 def _zero(section: grammar.ZeroSection):

@@ -460,7 +460,8 @@ def cmd_train(args) -> int:
             args.overlap_slowdown, "--overlap-slowdown"),
         single_gpu_throughput=parse_throughput(args.single_gpu_throughput,
                                                what="--single-gpu-throughput")
-        if args.single_gpu_throughput else None, overheads=_overheads(args))
+        if args.single_gpu_throughput else None, overheads=_overheads(args),
+        gradient_dtype=args.gradient_dtype)
     frame = run_training(graph, spec)
     if args.format == "table":
         print(format_training_table(frame))
@@ -627,6 +628,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--aggregation", default="ring",
                     help="comma-separated: any all-reduce algorithm, or ps")
     tr.add_argument("--precision", default="fp32", help="fp32, fp16, amp or bf16")
+    tr.add_argument("--gradient-dtype", default=None, choices=["fp16", "bf16", "fp32"],
+                    help="the dtype gradients are all-reduced in (default: the precision's; "
+                         "amp: fp16, as a model cast to half). fp32 for mixed precision that "
+                         "keeps fp32 variables: TensorFlow AMP, Keras mixed_float16, Apex O1, "
+                         "torch.cuda.amp")
     tr.add_argument("--device", default=None, help="GPU preset (default: the topology's)")
     tr.add_argument("--bucket", default="25MiB", help="gradient bucket size (DDP: 25MiB)")
     tr.add_argument("--no-overlap", action="store_true",

@@ -239,6 +239,7 @@ def _compared_collective(args) -> Comparison:
     if args.shared_cores is not None and args.shared_cores < 1:
         raise ConfigError(f"--shared-cores must be >= 1, got {args.shared_cores}")
     for flag, value in (("--select", args.select), ("--framework", args.framework),
+                        ("--gradient-dtype", args.gradient_dtype),
                         ("--anchor", args.anchor), ("--ps-impl", args.ps_impl),
                         ("--device", args.device), ("--shared-cores", args.shared_cores),
                         ("--workers", args.workers)):
@@ -365,7 +366,8 @@ def _compared_training(args) -> Comparison:
                                        anchor=args.anchor or "measured",
                                        aggregation=args.algorithm, ps=ps,
                                        device=args.device, shared_cores=args.shared_cores,
-                                       workers=args.workers or 1, library_for=library_for))
+                                       workers=args.workers or 1, library_for=library_for,
+                                       gradient_dtype=args.gradient_dtype))
     points = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     skipped = [why for frame in frames for why in frame.attrs.get("skipped", [])]
     summary = summarise_training(points)
@@ -399,8 +401,8 @@ def _report_training(args, result: Comparison) -> int:
 
 
 #: Flags of ``compare`` that mean nothing for an LLM table.
-_NOT_FOR_LLM = ("slices", "protocol", "framework", "ps_impl", "anchor", "shared_cores",
-                "device", "algorithm", "collective", "workers")
+_NOT_FOR_LLM = ("slices", "protocol", "framework", "gradient_dtype", "ps_impl", "anchor",
+                "shared_cores", "device", "algorithm", "collective", "workers")
 
 
 def _llm_topology(args, what: str, example: str) -> tuple[str, dict]:
@@ -596,6 +598,11 @@ def add_compare_parsers(subparsers) -> None:
                         "text, and its model where a recipe fixes the buckets), a registered "
                         "framework (ddp, apex-ddp, apex-ddp-bert, horovod, horovod-0.21, "
                         "tf-per-variable), per_layer, size:BYTES or cycle:BYTES:TIME")
+    c.add_argument("--gradient-dtype", default=None, choices=["fp16", "bf16", "fp32"],
+                   help="training files: the dtype mixed-precision rows all-reduce their "
+                        "gradients in (default: each row's recipe from its framework text "
+                        "and model: TensorFlow AMP and Apex O1 keep fp32 variables; else "
+                        "fp16)")
     c.add_argument("--ps-impl", default=None,
                    help="training files: the parameter-server implementation of ps rows: auto "
                         "(from the framework text; the default), ideal, tf-grpc, "

@@ -77,7 +77,8 @@ POINT_COLUMNS = (
     "source", "model", "framework", "arch", "aggregation", "gpus", "batch_per_gpu",
     "precision", "measured_img_s", "simulated_img_s", "throughput_error_pct",
     "measured_speedup", "simulated_speedup", "speedup_error_pct", "abs_speedup_error_pct",
-    "exposed_comm_s", "iteration_s", "framework_model", "library", "library_version",
+    "exposed_comm_s", "iteration_s", "framework_model", "gradient_dtype", "library",
+    "library_version",
     "anchor", "topology", "line")
 
 #: An NCCL version a row's text states: ``NCCL 1.3``, ``NCCL 2.4.8``, ``nccl-2.18`` (major and
@@ -266,7 +267,8 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
                      anchor: str = "measured", ps: Callable | None = None,
                      aggregation: str | None = None, device: str | None = None,
                      shared_cores: int | None = None, overheads="auto",
-                     workers: int = 1, library_for: Callable | None = None) -> pd.DataFrame:
+                     workers: int = 1, library_for: Callable | None = None,
+                     gradient_dtype: str | None = None) -> pd.DataFrame:
     """Simulate every point of ``measured`` (a :func:`read_training` frame) on ``graph``.
 
     Rows whose model, precision or arch the simulator does not know are skipped, and so are
@@ -304,9 +306,14 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
         The library of a row whose text states its NCCL version (:func:`stated_nccl_version`)
         and which would run on the default NCCL library: that version's library (one per
         version). None (the default): every such row keeps ``library``.
+    gradient_dtype : {"fp16", "bf16", "fp32"} or None
+        The dtype every mixed-precision row all-reduces its gradients in (None: each row's
+        recipe, :func:`~simulator.workload.mixed_precision.detect_gradient_dtype`, else
+        ``amp``'s fp16). Rows of other precisions keep their own.
     """
     from ..library import resolve_library
     from ..workload.frameworks import detect_framework
+    from ..workload.mixed_precision import detect_gradient_dtype, gradient_dtype_for
     from ..workload.sweep import TrainingSpec
 
     if anchor not in ANCHORS:
@@ -346,6 +353,9 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
                            f"forces a GPU all-reduce for such rows")
             continue
         fw = framework or detect_framework(text, point.get("model") or "")
+        recipe = detect_gradient_dtype(text, point.get("model") or "", precision)
+        wire = (gradient_dtype if gradient_dtype and precision == "amp" else
+                recipe.gradient_dtype if recipe else None)
         measured_1 = float(point["throughput_samples_s"]) / float(point["speedup"])
         spec = TrainingSpec(
             models=(model,), batch_per_gpu=batch, gpus=(gpus,), aggregations=(kind,),
@@ -355,13 +365,15 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             shared_cores=shared_cores or _count(point.get("cores")),
             threads_per_worker=_count(point.get("threads_per_rank")) or 1,
             accumulation=_count(point.get("accumulation")) or 1,
-            overheads=_overheads(overheads, {**point, "dataset": datasets.get(i, "")}))
+            overheads=_overheads(overheads, {**point, "dataset": datasets.get(i, "")}),
+            gradient_dtype=wire)
         # what the row reports, and the simulations it needs (run below, maybe in parallel)
-        jobs.append((i, where, point, text, gpus, batch, precision, lib, fw, measured_1))
+        jobs.append((i, where, point, text, gpus, batch, precision, lib, fw, measured_1,
+                     gradient_dtype_for(precision, wire)))
         calls.append((spec, model, kind, gpus, measured_1, anchor, len(calls)))
     results = _simulate_points(graph, calls, workers)
     rows = []
-    for (i, where, point, text, gpus, batch, precision, lib, fw, measured_1), (
+    for (i, where, point, text, gpus, batch, precision, lib, fw, measured_1, wire), (
             sim_n, sim_1, exc) in zip(jobs, results):
         if exc is not None and isinstance(exc, ConfigError) and any(
                 lib is stated_lib for stated_lib in by_version.values()):
@@ -390,7 +402,7 @@ def compare_training(measured: pd.DataFrame, graph, *, library=None, framework=N
             "measured_speedup": meas_speedup, "simulated_speedup": speedup,
             "speedup_error_pct": error, "abs_speedup_error_pct": abs(error),
             "exposed_comm_s": sim_n["exposed_comm_s"], "iteration_s": sim_n["iteration_s"],
-            "framework_model": fw.name if fw else "default",
+            "framework_model": fw.name if fw else "default", "gradient_dtype": wire,
             "library": getattr(lib, "name", "ideal"),
             "library_version": release_text(lib), "anchor": anchor,
             "topology": graph.graph.get("name", ""),

@@ -65,6 +65,7 @@ from ..errors import ConfigError
 from ..records import bottleneck, links_frame
 from ..schedules.base import split_bytes
 from .compression import Compression
+from .mixed_precision import gradient_dtype_for
 from .models import FP32_BYTES, Layer, Model, embedding, linear
 from .training import (DDP_BUCKET_BYTES, PsConfig, _Codec, _collective_schedule,
                        _placement_nodes, _server_nodes, _transfer_schedule, make_buckets)
@@ -293,7 +294,7 @@ def simulate_hybrid(graph, spec: HybridSpec, gpus: int, record_rates: bool = Fal
     buckets = make_buckets(grad, bwd, spec.bucket_bytes)
     n_bottom = len(spec.bottom_mlp) - 1
     sparse_ready = sum(bwd[n_bottom:])     # top MLP, interaction and look-ups have run backward
-    codec = _Codec(graph, Compression(), spec.precision)
+    codec = _Codec(graph, Compression(), gradient_dtype_for(spec.precision))
     dense = [_collective_schedule(graph, spec.aggregation, gpus, codec, b.size_bytes, 1, {})
              for b in buckets] if gpus > 1 else []
 

@@ -27,12 +27,13 @@ import numpy as np
 from .compression import Compression
 from .energy import ENERGY_COLUMNS, energy_columns
 from .faults import FailurePlan, goodput
+from .mixed_precision import gradient_element_bytes
 from .training import (DDP_BUCKET_BYTES, GRADIENT_BYTES, PRECISIONS, TRAINING_COLUMNS,  # noqa: F401
                        PsConfig, simulate_training)
 
 EXTRA_COLUMNS = ("device", "straggler_factor", "stragglers", "failure_policy", "recovery",
                  "goodput_samples_s", "lost_s", "stalled_s", "compression",
-                 "wire_bytes_per_iteration", "ps_in_bytes_per_iteration",
+                 "gradient_dtype", "wire_bytes_per_iteration", "ps_in_bytes_per_iteration",
                  "ps_out_bytes_per_iteration") + ENERGY_COLUMNS
 
 
@@ -68,6 +69,8 @@ class TrainingSpec:
     overheads: object = None           # TrainingOverheads: jitter, input pipeline, step cost
     #                                    (None: none); sampled jitter draws with ``seed``
     accumulation: int = 1              # micro-batches per optimizer step (gradient accumulation)
+    gradient_dtype: str | None = None  # gradients' dtype on the wire (None: the precision's;
+    #                                    mixed_precision: amp recipes that keep fp32 variables)
 
     def formats(self) -> tuple[Compression, ...]:
         """The gradient formats the sweep runs: ``compressions``, else ``compression``."""
@@ -186,7 +189,8 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
     profile = _profile(model_name, device, spec.batch_per_gpu, spec.precision, spec.measured_csv)
     if spec.single_gpu_throughput is not None:
         profile = profile.anchored(spec.single_gpu_throughput, spec.batch_per_gpu)
-    grads = [layer.params * GRADIENT_BYTES[spec.precision] for layer in model.layers]
+    grads = [layer.params * gradient_element_bytes(spec.precision, spec.gradient_dtype)
+             for layer in model.layers]
     kind, ps = resolve_aggregation(aggregation, spec.ps)
     fmt = spec.format_named(compression) if compression is not None else spec.formats()[0]
 
@@ -202,7 +206,7 @@ def run_training_point(graph, spec: TrainingSpec, model_name: str, aggregation: 
             overlap_slowdown=spec.overlap_slowdown,
             overheads=(dataclasses.replace(spec.overheads, seed=spec.seed)
                        if spec.overheads is not None else None),
-            accumulation=spec.accumulation)
+            accumulation=spec.accumulation, gradient_dtype=spec.gradient_dtype)
 
     result = simulate(gpus, record_rates)
     row = dict(result.row, aggregation=aggregation, device=device, straggler_factor=factor,

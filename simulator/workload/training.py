@@ -46,11 +46,14 @@ from ..schedules import make_schedule
 from ..schedules.base import ScheduleBuilder
 from ..topology import endpoints, ps_endpoints
 from .compression import Compression
+from .mixed_precision import DTYPE_BYTES, PRECISION_GRADIENTS, gradient_dtype_for
 
 DDP_BUCKET_BYTES = 25 << 20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
 
-#: Bytes per gradient element on the wire: mixed precision (amp) all-reduces fp16 gradients.
-GRADIENT_BYTES = {"fp32": 4, "fp16": 2, "amp": 2, "bf16": 2}
+#: Bytes per gradient element on the wire by training precision, when the run names no other
+#: gradient dtype: mixed precision (amp) as the model cast to half, fp16 gradients
+#: (:mod:`.mixed_precision`: recipes that keep fp32 variables all-reduce fp32).
+GRADIENT_BYTES = {p: DTYPE_BYTES[d] for p, d in PRECISION_GRADIENTS.items()}
 PRECISIONS = tuple(GRADIENT_BYTES)
 
 TRAINING_COLUMNS = (
@@ -264,7 +267,8 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
                       slowdown=None, compression: Compression | None = None,
                       collective_engine: str = "event", library=None,
                       framework=None, overlap_slowdown: float | None = None,
-                      overheads=None, accumulation: int = 1) -> TrainingResult:
+                      overheads=None, accumulation: int = 1,
+                      gradient_dtype: str | None = None) -> TrainingResult:
     """Simulate data-parallel training on ``gpus`` workers; return one result row.
 
     Parameters
@@ -307,7 +311,12 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         (:meth:`~simulator.workload.compute.ComputeProfile.accumulated`); ``profile`` is one
         micro-batch's. The row's ``batch_per_gpu`` stays the micro-batch; throughput counts
         every micro-batch's samples.
+    gradient_dtype : {"fp16", "bf16", "fp32"} or None
+        The dtype gradients cross the wire in (:mod:`.mixed_precision`); None: the
+        precision's own (``amp``: fp16). It sizes Apex's element-counted buckets and the
+        compression kernels; ``gradient_bytes`` must already be in it.
     """
+    wire_dtype = gradient_dtype_for(precision, gradient_dtype)
     if not (isinstance(accumulation, int) and not isinstance(accumulation, bool)
             and accumulation >= 1):
         raise ConfigError(f"accumulation must be an integer >= 1 (micro-batches per optimizer "
@@ -340,8 +349,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     bwd = [float(l.backward_s) for l in profile.layers]
     compute_s = fwd + sum(bwd) + float(profile.optimizer_s)
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
-                           negotiation_s(graph, workers, framework),
-                           GRADIENT_BYTES.get(precision, 4))
+                           negotiation_s(graph, workers, framework), DTYPE_BYTES[wire_dtype])
     library = _launched(library, framework, graph, workers)
     if aggregation == "ps":
         from .ps_impls import get_ps_impl, wire_graph
@@ -350,7 +358,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
     engine = Engine(graph, record_rates=record_rates,
                     network=_network_for(graph, workers, aggregation, ps))
     staleness: list[int] = []
-    codec = _Codec(graph, compression or Compression(), precision)
+    codec = _Codec(graph, compression or Compression(), wire_dtype)
     if aggregation == "ps":
         ps = ps or PsConfig()
         iterations = max(2, ps.iterations)
@@ -393,6 +401,7 @@ def simulate_training(graph, profile, *, gpus: int, batch_per_gpu: int, aggregat
         "staleness_max": int(max(staleness)) if staleness else 0,
         "topology": graph.graph.get("name", ""),
         "compression": codec.format.label, "wire_bytes_per_iteration": wire,
+        "gradient_dtype": wire_dtype,
     }
     return TrainingResult(row=row, engine=engine, staleness=staleness, iterations=iterations)
 
@@ -424,7 +433,8 @@ class IterationPlan:
 def plan_iteration(graph, profile, workers, gradient_bytes, *, aggregation: str,
                    precision: str = "fp32", bucket_bytes: int = DDP_BUCKET_BYTES,
                    overlap: bool = True, slices: int = 1, options: dict | None = None,
-                   compression: Compression | None = None, framework=None) -> IterationPlan:
+                   compression: Compression | None = None, framework=None,
+                   gradient_dtype: str | None = None) -> IterationPlan:
     """The iteration :func:`simulate_training` simulates for ``aggregation`` (an all-reduce
     algorithm) on bare wires with the event engine, on the given ``workers`` instead of the
     topology's first endpoints; see :func:`start_iteration`."""
@@ -436,10 +446,11 @@ def plan_iteration(graph, profile, workers, gradient_bytes, *, aggregation: str,
     grad = [int(b) for b in gradient_bytes]
     fwd = float(sum(l.forward_s for l in profile.layers))
     bwd = [float(l.backward_s) for l in profile.layers]
+    wire_dtype = gradient_dtype_for(precision, gradient_dtype)
     buckets = make_buckets(grad, bwd, bucket_bytes, overlap, framework,
                            negotiation_s(graph, list(workers), framework),
-                           GRADIENT_BYTES.get(precision, 4))
-    codec = _Codec(graph, compression or Compression(), precision)
+                           DTYPE_BYTES[wire_dtype])
+    codec = _Codec(graph, compression or Compression(), wire_dtype)
     n = len(workers)
     schedules = tuple(_collective_schedule(graph, aggregation, n, codec, b.size_bytes, slices,
                                            dict(options or {}))
@@ -782,11 +793,11 @@ class _Codec:
 
     graph: object
     format: Compression
-    precision: str
+    dtype: str                 # the gradients' dtype on the wire (fp16, bf16, fp32)
 
     @property
     def element_bytes(self) -> int:
-        return GRADIENT_BYTES.get(self.precision, 4)
+        return DTYPE_BYTES[self.dtype]
 
     def wire(self, size_bytes: int) -> int:
         return self.format.wire_bytes(size_bytes, self.element_bytes)
