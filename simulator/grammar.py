@@ -130,6 +130,11 @@ Duration = quantity(_duration, "duration")
 Model = one_of(_models)
 Device = one_of(_devices)
 Precision = one_of(_precisions)
+#: The dtype gradients are all-reduced in (:mod:`simulator.workload.mixed_precision`).
+GradientDtype = Literal["fp16", "bf16", "fp32"]
+_GRADIENT_DTYPE_HELP = ("the dtype gradients are all-reduced in (default: the precision's; "
+                        "amp: fp16). fp32 for mixed precision that keeps fp32 variables "
+                        "(TensorFlow AMP, Keras mixed_float16, Apex O1, torch.cuda.amp)")
 StatePrecision = one_of(_state_precisions)
 AllReduce = Annotated[str, PlainValidator(_algorithm_implements("allreduce"),
                                           json_schema_input_type=str)]
@@ -386,10 +391,7 @@ class TrainingSection(Section):
     gpus: listed(Count)
     aggregations: listed(Annotated[str, PlainValidator(_aggregation, json_schema_input_type=str)])
     precision: Precision = "fp32"
-    gradient_dtype: Literal["fp16", "bf16", "fp32"] | None = Field(
-        None, description="the dtype gradients are all-reduced in (default: the precision's; "
-                          "amp: fp16). fp32 for mixed precision that keeps fp32 variables "
-                          "(TensorFlow AMP, Keras mixed_float16, Apex O1, torch.cuda.amp)")
+    gradient_dtype: GradientDtype | None = Field(None, description=_GRADIENT_DTYPE_HELP)
     device: Device | None = None
     bucket: Size = 25 * 2**20
     overlap: bool = True
@@ -729,6 +731,7 @@ class TrainingJobSection(Section):
         = "ring"
     batch_per_gpu: Count = 32
     precision: Precision = "fp32"
+    gradient_dtype: GradientDtype | None = Field(None, description=_GRADIENT_DTYPE_HELP)
     device: Device | None = Field(None, description="default: the first rank's GPU")
     bucket: Annotated[Size, AfterValidator(_positive_size)] = 25 * 2**20
     overlap: bool = True

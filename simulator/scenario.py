@@ -490,6 +490,7 @@ def _job(section, ranks: tuple, graph):
 
         job = TrainingJob(section.name, section.model, ranks, aggregation=section.aggregation,
                           batch_per_gpu=section.batch_per_gpu, precision=section.precision,
+                          gradient_dtype=section.gradient_dtype,
                           device=section.device, bucket_bytes=int(section.bucket),
                           overlap=section.overlap, slices=section.slices,
                           framework=parse_framework(section.framework)

@@ -147,3 +147,15 @@ training:
     path.write_text(text.replace("gradient_dtype: fp32", "gradient_dtype: fp8"))
     with pytest.raises(ConfigError, match="gradient_dtype"):
         load_scenario(str(path))
+
+
+def test_a_training_job_beside_others_takes_the_gradient_dtype():
+    from simulator.workload.jobs import TrainingJob
+
+    graph = load_topology("dgx1-v100")
+    sizes = {}
+    for dtype in (None, "fp32"):
+        job = TrainingJob("t", "resnet50", tuple(range(8)), precision="amp",
+                          gradient_dtype=dtype, device="v100-sxm2-16gb", overlap=False)
+        sizes[dtype] = sum(b.size_bytes for b in job.plan(graph).buckets)
+    assert sizes["fp32"] == 2 * sizes[None] == 4 * get_model("resnet50").params

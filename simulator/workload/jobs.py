@@ -124,6 +124,7 @@ class TrainingJob:
     aggregation: str = "ring"
     batch_per_gpu: int = 32
     precision: str = "fp32"
+    gradient_dtype: str | None = None  # on the wire (None: the precision's; mixed_precision)
     device: str | None = None
     bucket_bytes: int = 25 << 20      # torch DistributedDataParallel(bucket_cap_mb=25)
     overlap: bool = True
@@ -137,7 +138,8 @@ class TrainingJob:
         """The :class:`~.training.IterationPlan` of one iteration on the job's ranks."""
         from .compute import compute_profile
         from .models import get_model
-        from .training import GRADIENT_BYTES, plan_iteration
+        from .mixed_precision import gradient_element_bytes
+        from .training import plan_iteration
 
         nodes = _nodes(graph, self.ranks)
         device = self.device or graph.nodes[nodes[0]].get("device")
@@ -145,12 +147,12 @@ class TrainingJob:
             raise ConfigError(f"endpoint {nodes[0]!r} names no GPU device preset; set the "
                               f"job's device")
         profile = compute_profile(self.model, device, self.batch_per_gpu, self.precision)
-        grads = [layer.params * GRADIENT_BYTES[self.precision]
-                 for layer in get_model(self.model).layers]
+        element = gradient_element_bytes(self.precision, self.gradient_dtype)
+        grads = [layer.params * element for layer in get_model(self.model).layers]
         return plan_iteration(graph, profile, nodes, grads, aggregation=self.aggregation,
                               precision=self.precision, bucket_bytes=self.bucket_bytes,
                               overlap=self.overlap, slices=self.slices,
-                              framework=self.framework)
+                              framework=self.framework, gradient_dtype=self.gradient_dtype)
 
     def prepare(self, graph) -> "_Prepared":
         from .training import start_iteration
