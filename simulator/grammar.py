@@ -31,6 +31,7 @@ from .config import (Invalid, Section, described, explain, listed, one_of, one_o
                      quantity, registered)
 from .errors import ClusterSimError, ConfigError
 from .topology.presets import TopologyFile
+from .workload.mixed_precision import GRADIENT_DTYPE_HELP
 
 
 # -- value types ----------------------------------------------------------------------------------
@@ -77,6 +78,11 @@ def _devices():
 def _precisions():
     from .workload.training import PRECISIONS
     return PRECISIONS
+
+
+def _gradient_dtypes():
+    from .workload.mixed_precision import GRADIENT_DTYPES
+    return GRADIENT_DTYPES
 
 
 def _state_precisions():
@@ -131,10 +137,7 @@ Model = one_of(_models)
 Device = one_of(_devices)
 Precision = one_of(_precisions)
 #: The dtype gradients are all-reduced in (:mod:`simulator.workload.mixed_precision`).
-GradientDtype = Literal["fp16", "bf16", "fp32"]
-_GRADIENT_DTYPE_HELP = ("the dtype gradients are all-reduced in (default: the precision's; "
-                        "amp: fp16). fp32 for mixed precision that keeps fp32 variables "
-                        "(TensorFlow AMP, Keras mixed_float16, Apex O1, torch.cuda.amp)")
+GradientDtype = one_of(_gradient_dtypes)
 StatePrecision = one_of(_state_precisions)
 AllReduce = Annotated[str, PlainValidator(_algorithm_implements("allreduce"),
                                           json_schema_input_type=str)]
@@ -391,7 +394,7 @@ class TrainingSection(Section):
     gpus: listed(Count)
     aggregations: listed(Annotated[str, PlainValidator(_aggregation, json_schema_input_type=str)])
     precision: Precision = "fp32"
-    gradient_dtype: GradientDtype | None = Field(None, description=_GRADIENT_DTYPE_HELP)
+    gradient_dtype: GradientDtype | None = Field(None, description=GRADIENT_DTYPE_HELP)
     device: Device | None = None
     bucket: Size = 25 * 2**20
     overlap: bool = True
@@ -731,7 +734,7 @@ class TrainingJobSection(Section):
         = "ring"
     batch_per_gpu: Count = 32
     precision: Precision = "fp32"
-    gradient_dtype: GradientDtype | None = Field(None, description=_GRADIENT_DTYPE_HELP)
+    gradient_dtype: GradientDtype | None = Field(None, description=GRADIENT_DTYPE_HELP)
     device: Device | None = Field(None, description="default: the first rank's GPU")
     bucket: Annotated[Size, AfterValidator(_positive_size)] = 25 * 2**20
     overlap: bool = True

@@ -23,6 +23,7 @@ from ..errors import EXIT_INTERRUPTED, ClusterSimError, ConfigError
 from .args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
                        library_args)
 from ..units import format_bandwidth, format_size, parse_bandwidth, parse_size, parse_sizes
+from ..workload.mixed_precision import GRADIENT_DTYPE_HELP, GRADIENT_DTYPES
 
 EXIT_USAGE = 2
 
@@ -628,11 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--aggregation", default="ring",
                     help="comma-separated: any all-reduce algorithm, or ps")
     tr.add_argument("--precision", default="fp32", help="fp32, fp16, amp or bf16")
-    tr.add_argument("--gradient-dtype", default=None, choices=["fp16", "bf16", "fp32"],
-                    help="the dtype gradients are all-reduced in (default: the precision's; "
-                         "amp: fp16, as a model cast to half). fp32 for mixed precision that "
-                         "keeps fp32 variables: TensorFlow AMP, Keras mixed_float16, Apex O1, "
-                         "torch.cuda.amp")
+    tr.add_argument("--gradient-dtype", default=None, choices=GRADIENT_DTYPES,
+                    help=GRADIENT_DTYPE_HELP)
     tr.add_argument("--device", default=None, help="GPU preset (default: the topology's)")
     tr.add_argument("--bucket", default="25MiB", help="gradient bucket size (DDP: 25MiB)")
     tr.add_argument("--no-overlap", action="store_true",

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ConfigError
+from ..workload.mixed_precision import GRADIENT_DTYPES
 
 EXIT_MAPE_EXCEEDED = 1
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
@@ -598,7 +599,7 @@ def add_compare_parsers(subparsers) -> None:
                         "text, and its model where a recipe fixes the buckets), a registered "
                         "framework (ddp, apex-ddp, apex-ddp-bert, horovod, horovod-0.21, "
                         "tf-per-variable), per_layer, size:BYTES or cycle:BYTES:TIME")
-    c.add_argument("--gradient-dtype", default=None, choices=["fp16", "bf16", "fp32"],
+    c.add_argument("--gradient-dtype", default=None, choices=GRADIENT_DTYPES,
                    help="training files: the dtype mixed-precision rows all-reduce their "
                         "gradients in (default: each row's recipe from its framework text "
                         "and model: TensorFlow AMP and Apex O1 keep fp32 variables; else "

@@ -31,6 +31,11 @@ from ..errors import ConfigError
 #: Bytes per gradient element on the wire, by dtype.
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 GRADIENT_DTYPES = tuple(DTYPE_BYTES)
+#: What ``--gradient-dtype`` and the scenario key ``gradient_dtype`` mean, for their help.
+GRADIENT_DTYPE_HELP = ("the dtype gradients are all-reduced in (default: the precision's; "
+                       "amp: fp16, as a model cast to half). fp32 for mixed precision that "
+                       "keeps fp32 variables: TensorFlow AMP, Keras mixed_float16, Apex O1, "
+                       "torch.cuda.amp")
 
 #: The gradient dtype of each training precision when nothing else is said: mixed precision
 #: (``amp``) as the model cast to half.
