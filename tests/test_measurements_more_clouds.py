@@ -87,11 +87,12 @@ def test_p5_from_2_to_32_machines_grows_too_fast_with_scale():
     assert large["error_pct"].abs().max() < 13.5
 
 
-@pytest.mark.parametrize("collective, at_16, at_256", [("allgather", (-13, -6), (-31, -24)),
+@pytest.mark.parametrize("collective, at_16, at_256", [("allgather", (-13, -6), (-27, -20)),
                                                        ("alltoall", (-25, -18), (-41, -35))])
 def test_p5_all_gather_and_all_to_all_are_too_fast_more_so_at_scale(collective, at_16, at_256):
     """The same machines' all-gather and all-to-all (32 MiB - 2 GiB): 10 and 22 % too fast on 2
-    machines, 27 and 38 % on 32, as the all-reduce."""
+    machines, 23 and 38 % on 32, as the all-reduce (the all-gather's 32 machines 27 % before
+    a proxy thread's sends bounded a ring step across machines)."""
     summary = _bands(f"nccl_crazyguitar_p5_2to32node_efa_{collective}.csv", "aws-p5",
                      {"nodes": 32})
     by_gpus = summary["gpus"].set_index("gpus")["bias_pct"]

@@ -224,6 +224,33 @@ def ring_datapath(version: NcclVersion, collective: str, protocol: str, size_byt
                     syncs_per_step=loops * busy, rate_fraction=used / channels_max)
 
 
+def proxy_sends_per_round(channels: int, ranks_per_node: float) -> int:
+    """Network sends one rank's proxy thread posts in one wait/post round of a ring step across
+    machines: the ``channels`` rings leave each machine once each, from ranks spread over the
+    machine's ``ranks_per_node``, so a proxy serves ``ceil(channels / ranks_per_node)`` of
+    them (at least one).
+
+    NCCL drives every network operation of a process from one thread ("NCCL Progress":
+    ``ncclProxyProgressCreate``, NVIDIA/nccl v2.26.2-1 ``src/proxy.cc``:972-979), which walks
+    the active operations of all channels in turn (``progressOps``, :739-757). A send can only
+    be posted once the GPU has filled its step, so the sends of a round queue on that thread;
+    receives are posted ``NCCL_STEPS`` ahead (``recvProxyProgress``) and stay off that path."""
+    return max(1, math.ceil(max(1, int(channels)) / max(1.0, float(ranks_per_node))))
+
+
+def proxy_round_floor_us(channels: int, ranks_per_node: float, post_overhead_us: float) -> float:
+    """The least time of one wait/post round of a ring step across machines, us: the
+    :func:`proxy_sends_per_round` sends of one proxy thread, each at the host CPU's "network
+    post overhead", NCCL's own price of launching a network step (``getNetOverhead``: 1 us on
+    Intel, 2 us on AMD; ``tuning.cc`` v2.23.4-1:251-257: "Inter-node rings still have to
+    launch nsteps * net overhead", ``intraLat = max(intraLat, netOverhead)``). NCCL's line
+    charges one launch a step, the case of one channel per proxy (and three for Simple, a
+    per-step cost it does not tie to the channels, which the ring keeps through NCCL's own
+    latency); with more channels than ranks a machine a proxy launches several sends a round.
+    A floor, not a cost added to the transfer: the thread posts while bytes move."""
+    return proxy_sends_per_round(channels, ranks_per_node) * post_overhead_us
+
+
 def busy_slices(step_bytes: int, chunk: int, slices: int) -> int:
     """Slices of a ring step that carry data: NCCL sizes a step's slices to its data,
     ``sliceSize = max(divUp(nelem, 16 x SlicePerChunk) x 16, stepSize x StepPerSlice / 32)``

@@ -73,6 +73,7 @@ from .netplugins import (HOST_STAGED_CHANNEL_BYTES_PER_S, NcclSettings, handshak
 from .ofi_regions import region_choice
 from .machine import MachineFacts, log2i, machine_facts, node_index_slot
 from .datapath import (LL128_RING_CHANNEL_RATE, THREAD_THRESHOLD, THREADS, DataPath,
+                       proxy_round_floor_us,
                        nvls_fill_s, planned_channels, ring_datapath, runtime_channels,
                        tree_chunk_bytes, tuned_channels)
 from .nccl_constants import (NVLINK_PER_LINK, PAYLOAD_FRACTION, PCIE_EFFICIENCY, PROTOCOLS,
@@ -978,6 +979,7 @@ class NcclLibrary:
         channel_cap = math.inf  # bytes/s out of each GPU
         nccl_channels = 1  # the channels NCCL runs the call on (their connections' caps)
         fill_s = 0.0
+        proxy_floor_us = None
         if c.algorithm == "ring":
             # NCCL's ring as its kernels run it (simulator.library.datapath), timed by the
             # engine: bulk-synchronous steps (each costs its slowest transfer); every step pays
@@ -1001,7 +1003,11 @@ class NcclLibrary:
                 channel_cap = used * self._channel_busbw(
                     facts, c.protocol, collective=collective,
                     speed=c.channel_speed_GBps) * 1e9 * self.scale["bandwidth"]
-            intra_lat = c.intra_latency_us * lat_scale * syncs
+            per_round = c.intra_latency_us * lat_scale
+            if path is not None and facts.nodes > 1:
+                per_round, proxy_floor_us = self._proxy_floored_round_us(
+                    facts, c, path, per_round, int(size_bytes), channel_cap)
+            intra_lat = per_round * syncs
             inter_lat = intra_lat
             fixed = (c.charged_latency_us - c.nsteps * c.intra_latency_us * lat_scale) * 1e-6
             options["barriers"] = True
@@ -1116,8 +1122,27 @@ class NcclLibrary:
                            **({"handshake_us": handshake_s * 1e6} if handshake_s else {}),
                            **({"net_messages_us": messages_s * 1e6} if messages_s else {}),
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
+                           **({"proxy_floor_us": proxy_floor_us}
+                              if proxy_floor_us is not None else {}),
                            **({"staged_channel_GBps": staged[0] / 1e9} if staged else {}),
                            **(path.as_notes() if path is not None else {})})
+
+    def _proxy_floored_round_us(self, facts: MachineFacts, c: Candidate, path: DataPath,
+                                per_round_us: float, size_bytes: int,
+                                channel_cap: float) -> tuple[float, float]:
+        """One wait/post round's latency of a ring across machines, raised so that the round
+        (latency plus its share of the step's bytes) lasts at least what one proxy thread needs
+        to post its operations (:func:`~.datapath.proxy_round_floor_us`). The step's bytes move
+        at the call's per-GPU rate (its channels' cap, at most the tuner's bus bandwidth for
+        those channels); the engine adds latency and transfer, so the floor enters as the
+        latency that makes the sum reach it. Returns (the round's latency, the floor), us."""
+        floor_us = proxy_round_floor_us(
+            path.channels, facts.ranks_per_node,
+            net_post_overhead_us(facts.cpu_vendor, facts.cpu_family))
+        rate = min(channel_cap, c.busbw_GBps * 1e9 * path.rate_fraction * self.scale["bandwidth"])
+        transfer_us = (size_bytes / max(1, facts.ranks)) / rate / path.syncs_per_step * 1e6 \
+            if rate > 0 else 0.0
+        return max(per_round_us, floor_us - transfer_us), floor_us
 
     def _staged_cap(self, facts: MachineFacts, wire_scale: float, channels: int) -> tuple | None:
         """The ``network_flow_cap`` option of a call on ``channels`` NCCL channels whose network
