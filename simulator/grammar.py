@@ -190,6 +190,18 @@ def _version(value):
     return registered(get_version)(value)
 
 
+def _channels(value):
+    from .library.nccl import _channel_bounds
+
+    if not isinstance(value, dict):
+        raise Invalid(f"expected a mapping {{min: N, max: M}} (NCCL_MIN_NCHANNELS, "
+                      f"NCCL_MAX_NCHANNELS; either may be left out), got {value!r}")
+    try:
+        return _channel_bounds(value)
+    except ClusterSimError as exc:
+        raise Invalid(str(exc).replace("library setting channels: ", "")) from None
+
+
 class LibrarySection(Section):
     name: Literal["ideal", "nccl"]
     protocol: Annotated[str | None, PlainValidator(_protocol, json_schema_input_type=str)] = \
@@ -199,10 +211,14 @@ class LibrarySection(Section):
     nccl_version: Annotated[str | None, PlainValidator(
         _version, json_schema_input_type=Union[str, float])] = \
         Field(None, description="e.g. 2.18 (default: the newest)")
+    channels: Annotated[Any, PlainValidator(_channels, json_schema_input_type=dict)] = \
+        Field(None, description="{min: N, max: M}: the channels NCCL runs, as "
+                                "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS set them (collective "
+                                "scenarios)")
 
     @model_validator(mode="after")
     def _nccl_only(self):
-        for key in ("protocol", "launch", "nccl_version"):
+        for key in ("protocol", "launch", "nccl_version", "channels"):
             if self.given(key) and self.name != "nccl":
                 raise Invalid(f"{key} needs library name nccl", key)
         return self

@@ -294,12 +294,12 @@ def read_scenario(text: str, origin: str = "<string>", base_dir: Path | None = N
 
 
 def _library(section: grammar.LibrarySection | None) -> dict | None:
-    """The ``library:`` section as ``{name, protocol, launch, nccl_version}`` (the keys the
-    file wrote); ``None`` picks by topology."""
+    """The ``library:`` section as ``{name, protocol, launch, nccl_version, channels}`` (the
+    keys the file wrote); ``None`` picks by topology."""
     if section is None:
         return None
     return {"name": section.name, **{key: getattr(section, key) for key in
-                                     ("protocol", "launch", "nccl_version")
+                                     ("protocol", "launch", "nccl_version", "channels")
                                      if section.given(key)}}
 
 
@@ -571,7 +571,8 @@ def scenario_library(scenario: Scenario, graph) -> dict:
     if spec["name"] != "nccl":
         return {"library": spec["name"]}
     lib = get_library("nccl", **graph_settings(graph, "nccl", {
-        "version": spec.get("nccl_version"), "launch": spec.get("launch")}))
+        "version": spec.get("nccl_version"), "launch": spec.get("launch"),
+        "channels": spec.get("channels")}))
     return {"library": lib, "protocol": spec.get("protocol")}
 
 

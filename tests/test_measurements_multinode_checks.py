@@ -47,8 +47,9 @@ def _bands(path, preset, params):
 def test_where_the_simulator_stands_on_the_infiniband_tables():
     """Recorded in the ledger: the four VMs within 5 % above 1 MiB (bias +4.3 %); the cluster
     at 2, 4 and 8 machines 12.6 % too fast there; and with NCCL_ALGO=Ring its LL128 ring at 1 - 4
-    MiB takes about 155 us where the model gives 82 - 101 (43 - 48 % too fast), the per-step
-    cost across machines the ledger's next lead is about."""
+    MiB takes 157 - 178 us where the model, on the run's 24 channels (NCCL_MIN_CTAS=24) and
+    their proxies' sends, gives 107 - 108 (31 - 40 % too fast): a ring step across machines
+    still costs more than the model charges."""
     _, vm4 = _bands(VM4, "hgx-h100", {"nodes": 4})
     assert 0 < vm4.loc[">=1MiB", "bias_pct"] < 10
     _, series = _bands(SERIES, "hgx-h100", {"nodes": 8})
@@ -57,7 +58,8 @@ def test_where_the_simulator_stands_on_the_infiniband_tables():
     assert set(ring["simulated_algorithm"]) == {"ring"}          # the table's NCCL_ALGO
     small = ring[ring["size_bytes"] <= 4 << 20]
     assert set(small["simulated_protocol"]) == {"LL128"}
-    assert (small["error_pct"] < -40).all()
+    assert set(ring["channels"]) == {24}                         # the run's NCCL_MIN_CTAS
+    assert (small["error_pct"] < -25).all()
     assert (ring.loc[ring["size_bytes"] >= 128 << 20, "error_pct"] > 0).all()
 
 

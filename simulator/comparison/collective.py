@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ClusterSimError, ConfigError
-from ..library.nccl_env import selected
+from ..library.nccl_env import channel_bounds, selected
 from ..measure.schema import COLLECTIVE_COLUMNS, COLLECTIVE_OPTIONAL, check_frame, complete_timing
 
 __all__ = ["POINT_COLUMNS", "SIZE_BANDS", "compare", "mape_failures", "size_band", "summarise"]
@@ -167,7 +167,9 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         reader turns into the ``launch`` column. Each point is charged its harness: the
         library's device time, then the launches and the timing loop of
         :func:`~simulator.library.launch.loop_time_s` over the point's ``iterations``
-        (``max(device, host)`` when the file does not say).
+        (``max(device, host)`` when the file does not say). A point whose ``notes`` state
+        ``NCCL_MIN_NCHANNELS``, ``NCCL_MAX_NCHANNELS``, ``NCCL_MIN_CTAS`` or ``NCCL_MAX_CTAS``
+        runs on the channels they bound (:func:`~simulator.library.nccl_env.channel_bounds`).
     engine : str
         Engine method (``auto``: the fast path where it applies, the same times).
     library_settings : dict, optional
@@ -229,11 +231,14 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
                 launch_mode = str(mode)
                 ver = version or cell(point, "library_version") or None
                 proto = protocol or cell(point, "protocol") or None
+                # the channel bounds the run's stated environment sets (NCCL_MIN_NCHANNELS ...)
+                bounds = channel_bounds(cell(point, "notes"))
                 # the library times the device alone; the harness's loop is applied below
-                key = (ver,)
+                key = (ver, bounds)
                 if key not in libraries:
                     libraries[key] = get_library("nccl", **graph_settings(graph, "nccl", {
-                        **(library_settings or {}), "version": ver, "launch": "none"}))
+                        **(library_settings or {}), "version": ver, "launch": "none",
+                        "channels": bounds}))
                 lib = libraries[key]
             else:
                 lib = library_name

@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .nccl_env import bounded_channels
 from .nccl_constants import (BUFFSIZE, NCCL_STEPS, PAYLOAD_FRACTION, PCI_BW, RING_STEPS,
                              NcclVersion, ll_traffic_factor, min_traffic_per_channel)
 
@@ -128,10 +129,12 @@ class DataPath:
 LL128_RING_CHANNEL_RATE = {"ampere": 0.77}
 
 
-def runtime_channels(version: NcclVersion, graph_channels: int) -> int:
+def runtime_channels(version: NcclVersion, graph_channels: int, bounds=None) -> int:
     """The communicator's channels: the search's, doubled (``connect.cc``), at most
-    ``MAXCHANNELS``."""
-    return max(1, min(version.max_channels, 2 * int(graph_channels)))
+    ``MAXCHANNELS``; within the run's ``bounds`` (least, most) where it sets them
+    (:func:`~simulator.library.nccl_env.bounded_channels`)."""
+    doubled = max(1, min(version.max_channels, 2 * int(graph_channels)))
+    return bounded_channels(doubled, bounds, version.max_channels)
 
 
 def ring_threads(protocol: str, graph_busbw_GBps: float) -> int:
@@ -205,11 +208,13 @@ def chunk_bytes(collective: str, protocol: str,
 
 def ring_datapath(version: NcclVersion, collective: str, protocol: str, size_bytes: int,
                   ranks: int, graph_channels: int, graph_busbw_GBps: float,
-                  simple_buffer_bytes: int | None = None, release=None) -> DataPath:
+                  simple_buffer_bytes: int | None = None, release=None,
+                  channel_bounds=None) -> DataPath:
     """The data path of one ring call (all-reduce, all-gather, reduce-scatter);
     ``simple_buffer_bytes`` is ``NCCL_BUFFSIZE`` where the platform sets it, ``release`` the
-    NCCL release when it is not the table's own."""
-    channels_max = runtime_channels(version, graph_channels)
+    NCCL release when it is not the table's own, ``channel_bounds`` the run's (least, most)
+    channels (``NCCL_MIN_NCHANNELS`` ...)."""
+    channels_max = runtime_channels(version, graph_channels, channel_bounds)
     threads = ring_threads(protocol, graph_busbw_GBps)
     used = ring_channels(version, collective, protocol, int(size_bytes), ranks, channels_max,
                          threads, release)

@@ -405,9 +405,12 @@ class NcclLibrary:
     summary = "NVIDIA NCCL: LL/LL128/Simple protocols, channels, per-step latencies, NVLS, tuner"
 
     def __init__(self, version=None, launch=None, costs: dict | None = None,
-                 scale: dict | None = None):
+                 scale: dict | None = None, channels=None):
         self.version: NcclVersion = (version if isinstance(version, NcclVersion)
                                      else get_version(version))
+        # the run's channel bounds (least, most): NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS and
+        # NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS (nccl_env.channel_bounds)
+        self.channel_bounds = _channel_bounds(channels)
         # the release asked for ((major, minor)): a platform's documented NCCL environment
         # follows it (netplugins.NcclSettings), where the constants follow the nearest table
         self.release: tuple = _release(version, self.version)
@@ -668,7 +671,8 @@ class NcclLibrary:
         the search's channels doubled by ``connect.cc``)."""
         if self.version.plateau_trigger == "ranks":
             return size_bytes >= ranks / 16.0 * 65536
-        return size_bytes / (runtime_channels(self.version, channels) * ranks) >= 64
+        return size_bytes / (runtime_channels(self.version, channels, self.channel_bounds)
+                             * ranks) >= 64
 
     def _settings(self, facts: MachineFacts) -> NcclSettings | None:
         """The NCCL environment the network platform documents (machines joined by a plugin
@@ -994,7 +998,8 @@ class NcclLibrary:
             if collective in DATAPATH_COLLECTIVES:
                 path = ring_datapath(v, collective, c.protocol, int(size_bytes), facts.ranks,
                                      c.channels, c.wire_busbw_GBps,
-                                     self._simple_buffer(facts), self.release)
+                                     self._simple_buffer(facts), self.release,
+                                     self.channel_bounds)
                 syncs = path.syncs_per_step
                 used = path.channels
                 # a channel is one thread block moving at most its own rate: the call's
@@ -1050,7 +1055,8 @@ class NcclLibrary:
             # call), each one thread block at one channel's rate, as on a ring
             runtime = planned_channels(self.release, collective, c.protocol, int(size_bytes),
                                        facts.ranks, tuned_channels(
-                                           runtime_channels(v, c.channels), size_bytes,
+                                           runtime_channels(v, c.channels,
+                                                            self.channel_bounds), size_bytes,
                                            threads, threshold))
             # one channel is one thread block: inside a machine it copies at the speed NCCL's
             # search gives a channel of that machine (:meth:`_block_speed`), not at the
@@ -1124,6 +1130,8 @@ class NcclLibrary:
                            **({"nvls_fill_us": fill_s * 1e6} if fill_s else {}),
                            **({"proxy_floor_us": proxy_floor_us}
                               if proxy_floor_us is not None else {}),
+                           **({"channel_bounds": self.channel_bounds}
+                              if self.channel_bounds else {}),
                            **({"staged_channel_GBps": staged[0] / 1e9} if staged else {}),
                            **(path.as_notes() if path is not None else {})})
 
@@ -1283,3 +1291,31 @@ def _release(text, table: NcclVersion) -> tuple:
     if isinstance(text, NcclVersion):
         return table.number
     return release_number(text) or table.number
+
+
+def _channel_bounds(channels) -> tuple[int, int | None] | None:
+    """The library's ``channels`` setting as (least, most): None, a pair ``[least, most]``
+    (either may be None) or a mapping ``{min: .., max: ..}``; a clear error otherwise."""
+    if channels is None:
+        return None
+    if isinstance(channels, dict):
+        unknown = set(channels) - {"min", "max"}
+        if unknown:
+            raise ConfigError(f"library setting channels: unknown key(s) {sorted(unknown)}; "
+                              f"expected min and max (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS)")
+        pair = (channels.get("min"), channels.get("max"))
+    elif isinstance(channels, (list, tuple)) and len(channels) == 2:
+        pair = tuple(channels)
+    else:
+        raise ConfigError(f"library setting channels: expected [least, most] or {{min: .., "
+                          f"max: ..}} (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS), got "
+                          f"{channels!r}")
+    least, most = pair
+    for name, value in (("least", least), ("most", most)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < (0 if name == "least" else 1)):
+            raise ConfigError(f"library setting channels: the {name} channel count must be "
+                              f"a whole number >= {0 if name == 'least' else 1}, got {value!r}")
+    if least is None and most is None:
+        return None
+    return int(least or 0), (None if most is None else int(most))

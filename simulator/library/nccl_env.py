@@ -1,4 +1,6 @@
-"""NCCL's own selection variables: ``NCCL_ALGO`` and ``NCCL_PROTO``, read as NCCL reads them.
+"""NCCL's own selection variables: ``NCCL_ALGO`` and ``NCCL_PROTO``, read as NCCL reads them;
+and the channel bounds ``NCCL_MIN_NCHANNELS``, ``NCCL_MAX_NCHANNELS``, ``NCCL_MIN_CTAS`` and
+``NCCL_MAX_CTAS`` (:func:`channel_bounds`).
 
 A run can narrow NCCL's tuner to some algorithms or protocols. NCCL parses both variables with
 one grammar (``parseList``, NVIDIA/nccl v2.30.7-1 ``src/graph/tuning.cc``; the names are
@@ -22,6 +24,8 @@ functions, and no selection applies to it.
 """
 
 from __future__ import annotations
+
+import re
 
 from ..errors import ConfigError
 
@@ -143,3 +147,47 @@ def selected(algorithm: str, collective: str) -> tuple[str, tuple]:
         allowed = allowed_algorithms(text[5:-1], collective)
         return "auto", tuple(a for a in LIBRARY_ALGORITHMS if a not in allowed)
     return text, ()
+
+
+#: ``NAME=value`` of NCCL's channel variables in a run's stated environment (the older
+#: ``NCCL_MIN_NRINGS`` / ``NCCL_MAX_NRINGS`` spellings too).
+_CHANNEL_VARIABLE = re.compile(r"\bNCCL_(MIN|MAX)_(NCHANNELS|NRINGS|CTAS)\s*=\s*(-?\d+)")
+
+
+def channel_bounds(text) -> tuple[int, int | None] | None:
+    """(least, most) channels a communicator runs, from the ``NCCL_*`` assignments in
+    ``text`` (a measured file's stated environment), as NCCL combines them; None when the
+    text sets none.
+
+    NCCL doubles its graph search's channels, then keeps at most ``min(NCCL_MAX_NCHANNELS,
+    NCCL_MAX_CTAS)`` and copies channels up to at least ``max(NCCL_MIN_NCHANNELS,
+    NCCL_MIN_CTAS)`` (NVIDIA/nccl v2.26.2-1 ``src/graph/connect.cc``:480-484;
+    ``ncclMinNchannels`` / ``ncclMaxNchannels`` :325-350, where ``NCCL_*_NCHANNELS`` overrides
+    the older ``NCCL_*_NRINGS``; ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS`` are the communicator's
+    ``minCTAs`` / ``maxCTAs``, ``src/init.cc``). ``least`` is 0 and ``most`` None where
+    unbounded."""
+    found: dict = {}
+    for kind, name, value in _CHANNEL_VARIABLE.findall(str(text or "")):
+        found[(kind, name)] = int(value)
+    if not found:
+        return None
+
+    def pick(kind: str):
+        channels = found.get((kind, "NCHANNELS"), found.get((kind, "NRINGS")))
+        return channels, found.get((kind, "CTAS"))
+
+    least = max([0] + [v for v in pick("MIN") if v is not None])
+    most = [v for v in pick("MAX") if v is not None]
+    return least, (max(1, min(most)) if most else None)
+
+
+def bounded_channels(channels: int, bounds, limit: int) -> int:
+    """``channels`` (the search's, doubled) within ``bounds`` = (least, most) as NCCL applies
+    them: at most ``most``, then copied up to at least ``least``, never above ``limit``
+    (``MAXCHANNELS``)."""
+    if not bounds:
+        return channels
+    least, most = bounds
+    if most is not None:
+        channels = min(channels, int(most))
+    return max(1, min(limit, max(channels, int(least or 0))))

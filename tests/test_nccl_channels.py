@@ -1,0 +1,116 @@
+"""A run's channel bounds: ``NCCL_MIN_NCHANNELS`` / ``NCCL_MIN_CTAS`` and ``NCCL_MAX_NCHANNELS``
+/ ``NCCL_MAX_CTAS``, read as NCCL combines them (``src/graph/connect.cc``: the search's channels
+doubled, at most the least of the maxima, then copied up to the greatest of the minima), set on
+the library or stated in a measured file's environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.collective import run_collective
+from simulator.comparison.collective import compare
+from simulator.errors import ConfigError
+from simulator.library import get_library
+from simulator.library.nccl_env import bounded_channels, channel_bounds
+from simulator.measure.schema import read_measurements
+from simulator.topology import load_topology
+
+H100_2 = load_topology("hgx-h100", {"nodes": 2})
+RING = Path(__file__).parent / "data" / "measurements" / \
+    "nccl_nccltests309_gjaion_h100_2node_ib_ring.csv"
+
+
+@pytest.mark.parametrize("text, bounds", [
+    ("NCCL_ALGO=Ring NCCL_MIN_CTAS=24 NCCL_IB_QPS_PER_CONNECTION=2", (24, None)),
+    ("NCCL_MIN_NCHANNELS=8 NCCL_MAX_NCHANNELS=8", (8, 8)),
+    ("NCCL_MIN_NCHANNELS=12 NCCL_MIN_CTAS=16", (16, None)),       # the greater minimum
+    ("NCCL_MAX_CTAS=4 NCCL_MAX_NCHANNELS=16", (0, 4)),             # the lesser maximum
+    ("NCCL_MIN_NRINGS=4 NCCL_MIN_NCHANNELS=2", (2, None)),         # NCHANNELS over NRINGS
+    ("NCCL_MAX_NCHANNELS=0", (0, 1)),                              # NCCL: at least one
+    ("NCCL_BUFFSIZE=8388608 NCCL_PROTO=Simple", None),
+    ("", None),
+])
+def test_bounds_as_nccl_combines_them(text, bounds):
+    assert channel_bounds(text) == bounds
+
+
+@pytest.mark.parametrize("channels, bounds, expected", [
+    (16, None, 16), (16, (24, None), 24), (16, (0, 8), 8), (16, (8, 8), 8),
+    (16, (40, None), 32),                   # never above MAXCHANNELS
+    (16, (24, 8), 24),                      # the minimum is applied last, as copyChannels
+])
+def test_the_communicators_channels_within_bounds(channels, bounds, expected):
+    assert bounded_channels(channels, bounds, 32) == expected
+
+
+def _ring(bounds, size=1 << 20):
+    lib = get_library("nccl", channels=bounds, launch="none")
+    return run_collective(H100_2, "allreduce", "ring", size, gpus=16, library=lib,
+                          protocol="LL128", engine="event")
+
+
+def test_a_ring_runs_the_channels_its_bounds_allow():
+    """Two HGX H100: NCCL's 16 ring channels; NCCL_MIN_CTAS=24 copies them up to 24 (three
+    sends a round for each proxy: 3 us on Intel hosts), NCCL_MAX_NCHANNELS=8 keeps 8 (one)."""
+    free, more, fewer = _ring(None), _ring((24, None)), _ring((0, 8))
+    assert [r.plan.notes["dp_channels"] for r in (free, more, fewer)] == [16, 24, 8]
+    assert [r.plan.notes["proxy_floor_us"] for r in (free, more, fewer)] == [2.0, 3.0, 1.0]
+    assert more.plan.notes["channel_bounds"] == (24, None)
+    # latency-bound at 1 MiB: the third send a round costs each of the 30 steps 1 us more
+    assert more.row["time_s"] - free.row["time_s"] > 30 * 0.5e-6
+    # bandwidth-bound at 1 GiB: fewer channels, a lower cap on every GPU's links
+    assert _ring((0, 2), 1 << 30).row["time_s"] > _ring(None, 1 << 30).row["time_s"]
+
+
+def test_compare_runs_the_channels_a_file_states():
+    """The IB cluster's forced ring ran NCCL_MIN_CTAS=24 (its notes say so): compare runs 24
+    channels there, 16 without the notes."""
+    points = read_measurements(RING)
+    stated = compare(points, H100_2)
+    assert set(stated["channels"]) == {24}
+    unstated = compare(points.assign(notes=""), H100_2)
+    assert set(unstated["channels"]) == {16}
+    small = stated["size_bytes"] == 1 << 20
+    assert (stated.loc[small, "simulated_time_us"].iloc[0]
+            > unstated.loc[small, "simulated_time_us"].iloc[0])
+
+
+@pytest.mark.parametrize("bad", [[-1, None], [0, 0], ["8", None], [1, 2, 3], {"least": 4},
+                                 True])
+def test_a_bad_channels_setting_is_a_clear_error(bad):
+    with pytest.raises(ConfigError, match="library setting channels"):
+        get_library("nccl", channels=bad)
+
+
+_SCENARIO = """
+name: channels
+topology: {name: hgx-h100, params: {nodes: 2}}
+collective: {collective: allreduce, algorithms: [ring], sizes: [1MiB], gpus: 16}
+"""
+
+
+def test_a_scenarios_library_sets_the_channels():
+    from simulator.scenario import read_scenario, run_point
+
+    free = run_point(read_scenario(_SCENARIO + "library: {name: nccl, protocol: LL128}\n"),
+                     (16, 1 << 20, "ring"))
+    more = run_point(read_scenario(_SCENARIO + "library: {name: nccl, protocol: LL128, "
+                                               "channels: {min: 24}}\n"),
+                     (16, 1 << 20, "ring"))
+    assert (free["channels"], more["channels"]) == (16, 24)
+    assert more["time_s"] > free["time_s"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ("library: {name: nccl, channels: 24}\n", "library.channels: expected a mapping"),
+    ("library: {name: nccl, channels: {min: -1}}\n", "library.channels: the least channel"),
+    ("library: {name: nccl, channels: {lo: 4}}\n", "unknown key"),
+    ("library: {name: ideal, channels: {min: 4}}\n", "needs library name nccl"),
+])
+def test_a_scenarios_bad_channels_name_the_key(extra, needle):
+    from simulator.scenario import read_scenario
+
+    with pytest.raises(ConfigError, match=needle):
+        read_scenario(_SCENARIO + extra, "s.yaml")
