@@ -416,7 +416,7 @@ def _nccl_csv_row(cells: _Cells) -> dict | None:
     cells.timing(row)
     if "inplace_time_us" in cells.record:
         row["inplace_time_us"] = cells.number("inplace_time_us", required=False, positive=True)
-    for column in ("nodes", "gpus_per_node"):
+    for column in ("nodes", "gpus_per_node", "iterations"):
         if cells.record.get(column):
             row[column] = cells.integer(column, minimum=1)
     for ours, theirs in (("device", "gpu_model"), ("network", "inter_node"), ("dtype", "dtype"),
