@@ -114,3 +114,46 @@ def test_a_scenarios_bad_channels_name_the_key(extra, needle):
 
     with pytest.raises(ConfigError, match=needle):
         read_scenario(_SCENARIO + extra, "s.yaml")
+
+
+def test_cli_collective_takes_nccl_channels(capsys):
+    from simulator.cli import main
+
+    args = ["collective", "--topology", "hgx-h100", "--param", "nodes=2", "--gpus", "16",
+            "--algorithm", "ring", "--protocol", "LL128", "--size", "1MiB", "--format", "csv"]
+    assert main(args) == 0
+    free = capsys.readouterr().out
+    assert main(args + ["--nccl-channels", "24"]) == 0
+    more = capsys.readouterr().out
+    column = free.splitlines()[0].split(",").index("channels")
+    assert free.splitlines()[1].split(",")[column] == "16"
+    assert more.splitlines()[1].split(",")[column] == "24"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--nccl-channels", "8:x"], "--nccl-channels: expected LEAST, LEAST:MOST or :MOST"),
+    (["--nccl-channels", ":0"], "the most channels must be >= 1"),
+    (["--nccl-channels", "8", "--library", "ideal"], "needs --library nccl"),
+])
+def test_cli_bad_nccl_channels_are_clear_errors(extra, needle, capsys):
+    from simulator.cli import main
+
+    assert main(["collective", "--topology", "hgx-h100", "--gpus", "8", "--size", "1MiB",
+                 *extra]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_cli_compare_takes_nccl_channels_for_every_point(tmp_path, capsys):
+    from simulator.cli import main
+
+    out = tmp_path / "out"
+    assert main(["compare", str(RING), "--topology", "hgx-h100", "--param", "nodes=2",
+                 "--nccl-channels", ":8", "-o", str(out)]) == 0
+    import pandas as pd
+
+    assert set(pd.read_csv(out / "compare.csv")["channels"]) == {8}   # not the notes' 24
+    training = Path(__file__).parent / "data" / "training" / \
+        "train_horovod_readme_2017_ps_vs_allreduce.csv"
+    assert main(["compare", str(training), "--topology", "dgx1-p100",
+                 "--nccl-channels", "4"]) == 2
+    assert "--nccl-channels does not apply to a training file" in capsys.readouterr().err

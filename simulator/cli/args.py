@@ -53,6 +53,32 @@ def add_library_arguments(parser) -> None:
                              "compare: each point's nccl_version)")
 
 
+def add_channels_argument(parser) -> None:
+    """``--nccl-channels LEAST[:MOST]``: the channels NCCL runs (``collective`` and ``compare``
+    on collective points)."""
+    parser.add_argument("--nccl-channels", default=None, metavar="LEAST[:MOST]",
+                        help="the channels NCCL runs, as NCCL_MIN_NCHANNELS and "
+                             "NCCL_MAX_NCHANNELS set them: 24 (at least 24), :8 (at most 8), "
+                             "8:8; compare: instead of what each point's notes state")
+
+
+def channels_flag(text) -> tuple[int, int | None] | None:
+    """``--nccl-channels``' text as (least, most); a clear error for anything else."""
+    if text is None:
+        return None
+    import re
+
+    match = re.fullmatch(r"\s*(\d*)\s*(?::\s*(\d*)\s*)?", str(text))
+    if not match or not (match.group(1) or match.group(2)):
+        raise ConfigError(f"--nccl-channels: expected LEAST, LEAST:MOST or :MOST in whole "
+                          f"numbers (24, 8:8, :8), got {text!r}")
+    least = int(match.group(1)) if match.group(1) else 0
+    most = int(match.group(2)) if match.group(2) else None
+    if most is not None and most < 1:
+        raise ConfigError(f"--nccl-channels: the most channels must be >= 1, got {text!r}")
+    return least, most
+
+
 def library_args(args, graph) -> dict:
     """The library keyword arguments of ``run_collective``/``compare`` from parsed flags."""
     from ..library import LIBRARIES, default_library
@@ -78,5 +104,9 @@ def library_args(args, graph) -> dict:
             raise ConfigError(f"--nccl-version: expected a version such as 2.18 or 2.18.3, "
                               f"got {args.nccl_version!r}")
         get_version(args.nccl_version)
+    channels = channels_flag(getattr(args, "nccl_channels", None))
+    if name == "ideal" and channels is not None:
+        raise ConfigError("--nccl-channels needs --library nccl (the ideal library has no "
+                          "channels)")
     return {"library": name, "protocol": protocol, "launch": args.launch,
-            "version": args.nccl_version}
+            "version": args.nccl_version, "channels": channels}

@@ -20,8 +20,8 @@ import pandas as pd
 
 from .. import __version__
 from ..errors import EXIT_INTERRUPTED, ClusterSimError, ConfigError
-from .args import (ENGINE_CHOICES, _params, add_library_arguments, check_algorithm,
-                       library_args)
+from .args import (ENGINE_CHOICES, _params, add_channels_argument, add_library_arguments,
+                   check_algorithm, library_args)
 from ..units import format_bandwidth, format_size, parse_bandwidth, parse_size, parse_sizes
 from ..workload.mixed_precision import GRADIENT_DTYPE_HELP, GRADIENT_DTYPES
 
@@ -168,7 +168,8 @@ def cmd_collective(args) -> int:
     library = lib_args["library"]
     if library == "nccl":
         library = get_library("nccl", **graph_settings(graph, "nccl", {
-            "version": lib_args["version"], "launch": lib_args["launch"]}))
+            "version": lib_args["version"], "launch": lib_args["launch"],
+            "channels": lib_args["channels"]}))
     ps_opts = _ps_options(args)
     extra = _algo_options(args.option, algorithms)
     if args.algorithm == "all":
@@ -609,6 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "engine, the reference; a method's name forces that method (an error "
                         "if it does not apply). The row's engine column says which ran")
     add_library_arguments(c)
+    add_channels_argument(c)
     c.add_argument("--format", choices=["table", "csv", "json"], default="table")
     c.add_argument("-v", "--verbose", action="store_true",
                    help="say on stderr which engine method answered each row, and why the "

@@ -332,7 +332,8 @@ def _compared_training(args) -> Comparison:
     from ..measure.schema import read_training
     from ..workload.frameworks import parse_framework
 
-    for flag, value in (("--slices", args.slices), ("--protocol", args.protocol)):
+    for flag, value in (("--slices", args.slices), ("--protocol", args.protocol),
+                        ("--nccl-channels", args.nccl_channels)):
         if value:
             raise ConfigError(f"{flag} does not apply to a training file (each bucket's call "
                               f"is planned by the library)")
@@ -403,7 +404,8 @@ def _report_training(args, result: Comparison) -> int:
 
 #: Flags of ``compare`` that mean nothing for an LLM table.
 _NOT_FOR_LLM = ("slices", "protocol", "framework", "gradient_dtype", "ps_impl", "anchor",
-                "shared_cores", "device", "algorithm", "collective", "workers")
+                "shared_cores", "device", "algorithm", "collective", "workers",
+                "nccl_channels")
 
 
 def _llm_topology(args, what: str, example: str) -> tuple[str, dict]:
@@ -568,7 +570,7 @@ _RANKS_HELP = ("nccl-tests logs: ranks per collective when the log has no '#  Ra
 
 def add_compare_parsers(subparsers) -> None:
     """Add ``compare`` and ``calibrate`` to ``clustersim``'s subcommands."""
-    from .args import add_library_arguments
+    from .args import add_channels_argument, add_library_arguments
 
     c = subparsers.add_parser(
         "compare", help="simulate measured points (CSV, nccl-tests log/JSON) and report errors")
@@ -591,6 +593,7 @@ def add_compare_parsers(subparsers) -> None:
     c.add_argument("--slices", type=int, default=None,
                    help="pipelining slices per transfer (default 1, or the scenario's)")
     add_library_arguments(c)
+    add_channels_argument(c)
     c.add_argument("--select", action="append", default=[], metavar="COLUMN=TEXT",
                    help="training files: keep the rows whose COLUMN contains TEXT "
                         "(case-insensitive; repeatable), e.g. hardware=DGX-1")

@@ -134,7 +134,8 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
             algorithm_override: str | None = None, options: dict | None = None,
             reduce_compute: bool = True, cache: dict | None = None, library=None,
             protocol: str | None = None, launch=None, version: str | None = None,
-            engine: str = "auto", library_settings: dict | None = None) -> pd.DataFrame:
+            engine: str = "auto", library_settings: dict | None = None,
+            channels=None) -> pd.DataFrame:
     """Simulate every measured point on ``graph`` and return measured vs simulated per point.
 
     Parameters
@@ -169,7 +170,8 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
         :func:`~simulator.library.launch.loop_time_s` over the point's ``iterations``
         (``max(device, host)`` when the file does not say). A point whose ``notes`` state
         ``NCCL_MIN_NCHANNELS``, ``NCCL_MAX_NCHANNELS``, ``NCCL_MIN_CTAS`` or ``NCCL_MAX_CTAS``
-        runs on the channels they bound (:func:`~simulator.library.nccl_env.channel_bounds`).
+        runs on the channels they bound (:func:`~simulator.library.nccl_env.channel_bounds`);
+        ``channels`` (least, most) bounds every point's instead.
     engine : str
         Engine method (``auto``: the fast path where it applies, the same times).
     library_settings : dict, optional
@@ -232,7 +234,8 @@ def compare(measured: pd.DataFrame, graph, *, slices: int = 1,
                 ver = version or cell(point, "library_version") or None
                 proto = protocol or cell(point, "protocol") or None
                 # the channel bounds the run's stated environment sets (NCCL_MIN_NCHANNELS ...)
-                bounds = channel_bounds(cell(point, "notes"))
+                bounds = channels if channels is not None else channel_bounds(
+                    cell(point, "notes"))
                 # the library times the device alone; the harness's loop is applied below
                 key = (ver, bounds)
                 if key not in libraries:
