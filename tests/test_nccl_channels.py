@@ -157,3 +157,58 @@ def test_cli_compare_takes_nccl_channels_for_every_point(tmp_path, capsys):
     assert main(["compare", str(training), "--topology", "dgx1-p100",
                  "--nccl-channels", "4"]) == 2
     assert "--nccl-channels does not apply to a training file" in capsys.readouterr().err
+
+
+H100_2X4 = load_topology("hgx-h100", {"nodes": "2", "gpus_per_node": "4"})
+_LOG = """\
+# nccl-tests version 2.17.6 nccl-headers=21803 nccl-library=21803
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 1 minBytes 65536 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+""" + "".join(f"#  Rank {r:2d} Group  0 Pid  {11111 + r:5d} on {'node-a' if r < 4 else 'node-b':>10} "
+              f"device {r % 4:2d} [0000:18:00] NVIDIA H100 80GB HBM3\n" for r in range(8)) + """\
+{env}#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+       65536         16384     float     sum      -1    40.10    1.63    2.86      0    40.00    1.64    2.87      0
+     1048576        262144     float     sum      -1    70.00   14.98   26.21      0    70.10   14.96   26.18      0
+   134217728      33554432     float     sum      -1   1500.0   89.48  156.58      0   1499.0   89.54  156.69      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 61.9
+#
+"""
+
+
+def test_a_log_and_a_json_document_state_their_channel_bounds(tmp_path):
+    """NCCL_DEBUG=INFO prints an integer parameter the environment set as "NAME set by
+    environment to N." (src/misc/param.cc); the parser keeps the channel bounds in the rows'
+    notes, and compare runs them: NCCL_ALGO=Ring with NCCL_MIN_NCHANNELS=24 on two machines
+    of four H100 runs 24 channels at 128 MiB, 16 without the line."""
+    import json
+
+    from simulator.measure.nccl_tests import parse_nccl_tests_json, parse_nccl_tests_log
+
+    ring = "h:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring\n"
+    channels = "h:1:1 [0] NCCL INFO NCCL_MIN_NCHANNELS set by environment to 24.\n"
+    for name, env in (("bounded.log", ring + channels), ("free.log", ring)):
+        (tmp_path / name).write_text(_LOG.replace("{env}", env))
+    bounded = parse_nccl_tests_log(tmp_path / "bounded.log")
+    free = parse_nccl_tests_log(tmp_path / "free.log")
+    assert all("NCCL_MIN_NCHANNELS=24" in n for n in bounded["notes"])
+    assert not any("NCCL_MIN_NCHANNELS" in n for n in free["notes"])
+    large = 128 << 20
+    with_bounds = compare(bounded, H100_2X4).set_index("size_bytes")
+    without = compare(free, H100_2X4).set_index("size_bytes")
+    assert with_bounds.loc[large, "channels"] == 24 and without.loc[large, "channels"] == 16
+    doc = {"args": ["all_reduce_perf"], "env": ["NCCL_ALGO=Ring", "NCCL_MAX_NCHANNELS=4"],
+           "config": {"nthreads": 1, "ngpus": 1, "iterations": 20,
+                      "devices": [{"rank": r, "hostname": f"h{r // 4}"} for r in range(8)]},
+           "results": [{"size": large, "count": large // 4, "type": "float", "redop": "sum",
+                        "root": -1, "out_of_place": {"time": 1500.0, "alg_bw": 89.48,
+                                                     "bus_bw": 156.58}}]}
+    (tmp_path / "all_reduce.json").write_text(json.dumps(doc))
+    frame = parse_nccl_tests_json(tmp_path / "all_reduce.json")
+    assert "NCCL_MAX_NCHANNELS=4" in frame.loc[0, "notes"]
+    assert compare(frame, H100_2X4).iloc[0]["channels"] == 4

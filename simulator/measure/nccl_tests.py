@@ -41,7 +41,10 @@ broadcast tables have no ``redop`` (``size count type [root] time ...``); ``time
 ``Avg bus bandwidth`` is the mean of every busbw the run printed, out-of-place and in-place;
 the parser recomputes it and refuses a log whose rows do not add up to it (a truncated or
 interleaved log). NCCL's own ``NCCL INFO`` lines may be interleaved anywhere and are skipped,
-except ``NCCL_ALGO set by environment to X``, which gives the algorithm (else ``auto``).
+except ``NCCL_ALGO set by environment to X``, which gives the algorithm (else ``auto``), the
+same lines for ``NCCL_PROTO`` and ``NCCL_NVLS_ENABLE``, and for the channel bounds
+(``NCCL_MIN_NCHANNELS``, ``NCCL_MAX_NCHANNELS``, ``NCCL_MIN_CTAS``, ``NCCL_MAX_CTAS``), which go
+into the rows' notes.
 
 JSON (``-J``, ``JSON_FILE_VERSION 2``): ``{"version", "start_time", "args": [argv...], "env":
 [...], "nccl_version": 22703, "config": {"nthreads", "ngpus", ..., "iterations", ...,
@@ -93,6 +96,10 @@ _RE_START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _RE_TESTS_VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
 _RE_NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+\S*)")
 _RE_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_NVLS_ENABLE) set by environment to\s+(\S+)")
+#: NCCL's channel bounds as ``NCCL_DEBUG=INFO`` prints an integer parameter the environment set
+#: (``src/misc/param.cc``: ``"%s set by environment to %lld."``).
+_RE_CHANNEL_ENV = re.compile(r"\b(NCCL_(?:MIN|MAX)_(?:NCHANNELS|NRINGS|CTAS)) set by environment "
+                             r"to\s+(-?\d+)")
 _RE_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 #: What launchers and log collectors put before every line of a rank's output, possibly
 #: several of them (a Ray / SkyPilot prefix around an Open MPI one): Open MPI's
@@ -147,6 +154,7 @@ class _Run:
     selection: str = "auto"                         # ours, NCCL_NVLS_ENABLE included
     protocol: str = ""                              # NCCL_PROTO as the run set it
     nvls_disabled: bool = False                     # NCCL_NVLS_ENABLE=0
+    channel_env: dict = field(default_factory=dict)  # NCCL_MIN_NCHANNELS ... -> value
     ranks: list = field(default_factory=list)      # (rank, group, host, device name, pid)
     columns: list | None = None
     header_line: int = 0
@@ -359,6 +367,9 @@ def _finish_run(log: _Log, run: _Run, defaults: dict, out: list, skipped: list, 
         note_parts.append(harness[1])
     if inferred:
         note_parts.append(inferred)
+    if run.channel_env:
+        # read back by compare (simulator.library.nccl_env.channel_bounds)
+        note_parts.append(" ".join(f"{k}={v}" for k, v in sorted(run.channel_env.items())))
     for line, row in run.rows:
         main = row.get("out_of_place") or row["in_place"]
         if row["size"] == 0:
@@ -572,6 +583,11 @@ def parse_nccl_tests_log(path, *, collective: str | None = None, gpus: int | Non
             run = run or _Run(line=number, **pending)
             _set_env(log, number, run, match[1], match[2])
             continue
+        match = _RE_CHANNEL_ENV.search(stripped)
+        if match:
+            run = run or _Run(line=number, **pending)
+            run.channel_env[match[1]] = int(match[2])
+            continue
         match = _RE_NCCL_VERSION.search(stripped)
         if match:
             run = run or _Run(line=number, **pending)
@@ -669,6 +685,9 @@ def parse_nccl_tests_json(path, *, collective: str | None = None, gpus: int | No
                 _set_env(_Log(origin), 0, run, name, setting[name])
             except ConfigError as exc:
                 raise _json_error(origin, "env", str(exc).split(": ", 1)[-1]) from None
+    for name, value in setting.items():
+        if _RE_CHANNEL_ENV.match(f"{name} set by environment to {value.strip()}"):
+            run.channel_env[name] = int(value)
     run.ranks = [(d.get("rank", i), d.get("group", 0), d.get("hostname", ""),
                   d.get("device_info", ""), d.get("pid", 0)) for i, d in enumerate(devices)]
     if isinstance(doc.get("nccl_version"), int):
