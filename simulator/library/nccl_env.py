@@ -149,9 +149,15 @@ def selected(algorithm: str, collective: str) -> tuple[str, tuple]:
     return text, ()
 
 
-#: ``NAME=value`` of NCCL's channel variables in a run's stated environment (the older
-#: ``NCCL_MIN_NRINGS`` / ``NCCL_MAX_NRINGS`` spellings too).
-_CHANNEL_VARIABLE = re.compile(r"\bNCCL_(MIN|MAX)_(NCHANNELS|NRINGS|CTAS)\s*=\s*(-?\d+)")
+#: NCCL's channel variables (the older ``NCCL_MIN_NRINGS`` / ``NCCL_MAX_NRINGS`` spellings too).
+CHANNEL_VARIABLE = r"NCCL_(?:MIN|MAX)_(?:NCHANNELS|NRINGS|CTAS)"
+#: ``NAME=value`` of one of them in a run's stated environment.
+_CHANNEL_ASSIGNMENT = re.compile(rf"\b({CHANNEL_VARIABLE})\s*=\s*(-?\d+)")
+
+
+def channel_assignments(text) -> dict:
+    """The channel variables ``text`` assigns (``NCCL_MIN_NCHANNELS=24 ...``): name -> value."""
+    return {name: int(value) for name, value in _CHANNEL_ASSIGNMENT.findall(str(text or ""))}
 
 
 def channel_bounds(text) -> tuple[int, int | None] | None:
@@ -166,9 +172,8 @@ def channel_bounds(text) -> tuple[int, int | None] | None:
     the older ``NCCL_*_NRINGS``; ``NCCL_MIN_CTAS`` / ``NCCL_MAX_CTAS`` are the communicator's
     ``minCTAs`` / ``maxCTAs``, ``src/init.cc``). ``least`` is 0 and ``most`` None where
     unbounded."""
-    found: dict = {}
-    for kind, name, value in _CHANNEL_VARIABLE.findall(str(text or "")):
-        found[(kind, name)] = int(value)
+    found = {tuple(name.split("_")[1:]): value
+             for name, value in channel_assignments(text).items()}
     if not found:
         return None
 

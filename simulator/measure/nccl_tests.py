@@ -80,6 +80,7 @@ import pandas as pd
 
 from simulator.collective import bus_factor
 from simulator.errors import ConfigError
+from simulator.library.nccl_env import CHANNEL_VARIABLE, channel_assignments
 
 from .schema import NCCL_COLLECTIVES, _collective_frame, nccl_algorithm, nccl_collective
 
@@ -98,8 +99,7 @@ _RE_NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+\S*)")
 _RE_ENV = re.compile(r"\b(NCCL_ALGO|NCCL_PROTO|NCCL_NVLS_ENABLE) set by environment to\s+(\S+)")
 #: NCCL's channel bounds as ``NCCL_DEBUG=INFO`` prints an integer parameter the environment set
 #: (``src/misc/param.cc``: ``"%s set by environment to %lld."``).
-_RE_CHANNEL_ENV = re.compile(r"\b(NCCL_(?:MIN|MAX)_(?:NCHANNELS|NRINGS|CTAS)) set by environment "
-                             r"to\s+(-?\d+)")
+_RE_CHANNEL_ENV = re.compile(rf"\b({CHANNEL_VARIABLE}) set by environment to\s+(-?\d+)")
 _RE_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 #: What launchers and log collectors put before every line of a rank's output, possibly
 #: several of them (a Ray / SkyPilot prefix around an Open MPI one): Open MPI's
@@ -685,9 +685,7 @@ def parse_nccl_tests_json(path, *, collective: str | None = None, gpus: int | No
                 _set_env(_Log(origin), 0, run, name, setting[name])
             except ConfigError as exc:
                 raise _json_error(origin, "env", str(exc).split(": ", 1)[-1]) from None
-    for name, value in setting.items():
-        if _RE_CHANNEL_ENV.match(f"{name} set by environment to {value.strip()}"):
-            run.channel_env[name] = int(value)
+    run.channel_env.update(channel_assignments(" ".join(env)))
     run.ranks = [(d.get("rank", i), d.get("group", 0), d.get("hostname", ""),
                   d.get("device_info", ""), d.get("pid", 0)) for i, d in enumerate(devices)]
     if isinstance(doc.get("nccl_version"), int):
