@@ -417,7 +417,8 @@ def test_fp8_experts_quantize_their_own_operands():
     backward, with Megatron-Core's 16-bit activation between expert fc1 and fc2: under fp8 a
     MoE layer casts the dispatched tokens, the activation and both output gradients (4 bytes
     per element: read 16-bit, write fp8 and its transpose); under bf16 it casts nothing, and
-    the casts take the memory-bound time of their bytes."""
+    the casts take the memory-bound time of their bytes, plus one launch for each of the
+    rank's other experts (one quantize kernel per expert tensor)."""
     from simulator.workload.llm.compute import elementwise
     from simulator.workload.llm.costs import FP8_CAST_TRANSPOSE_BYTES
 
@@ -437,10 +438,12 @@ def test_fp8_experts_quantize_their_own_operands():
             assert casts == []
             continue
         assert casts == sorted(want)
+        launch = kernel_time("b200-sxm-180gb", elementwise("launch", 0))
+        local = model.moe.experts // lay.ep                   # 16 experts on each rank
         for name, elements in want.items():
             t = kernel_time("b200-sxm-180gb",
                             elementwise("fp8cast", elements * FP8_CAST_TRANSPOSE_BYTES))
-            assert ops[name].compute_s == pytest.approx(t, rel=1e-12)
+            assert ops[name].compute_s == pytest.approx(t + (local - 1) * launch, rel=1e-12)
         names = [o.name for o in chunk.forward]
         assert names.index("l0.moe.experts.fc1.fp8cast") + 1 == \
             names.index("l0.moe.experts.fc1")
@@ -533,3 +536,58 @@ def test_a_shared_expert_quantizes_its_own_input():
         assert "l1.moe.shared.fc1.fp8cast" in names and "l0.moe.shared.fc1.fp8cast" not in names
         assert "l1.mlp.norm.fp8quant" not in names
         assert ("l0.mlp.norm.fp8quant" in names) == (recipe == "tensorwise")
+
+
+# ------------------------------------------------------------------ grouped expert GEMMs
+def _expert_ops(ep: int, precision: str = "bf16"):
+    model = get_llm_model("qwen3-30b-a3b")                  # 128 experts, top-8
+    lay = Layout(ep=ep, dp=ep, global_batch=ep, precision=precision)
+    chunk = step_work(model, lay, "b200-sxm-180gb").chunks[(0, 0)]
+    return model, {o.name: o for o in chunk.forward + chunk.backward}
+
+
+def test_expert_gemms_run_one_gemm_per_local_expert_on_four_streams():
+    """Transformer Engine's GroupedLinear runs one cuBLAS GEMM per local expert, round-robin
+    on 4 streams: the forward fc1 of 16 experts of Qwen3-30B-A3B (ep 8) is 4 rounds of 4
+    concurrent GEMMs, each round the tiles of a GEMM 4 experts tall, plus a launch for each
+    of the other 12 GEMMs; its weight gradient reduces each expert's own rows."""
+    from simulator.workload.llm.compute import elementwise
+    from simulator.workload.llm.costs import GROUPED_GEMM_STREAMS
+
+    assert GROUPED_GEMM_STREAMS == 4
+    model, ops = _expert_ops(8)
+    dev = "b200-sxm-180gb"
+    rows = model.seq_len * model.moe.top_k                  # the rank's routed copies
+    h, f1 = model.hidden, model.fc1_width(model.moe.expert_ffn_hidden)
+    local = model.moe.experts // 8
+    per = rows // local
+    launch = kernel_time(dev, elementwise("launch", 0))
+    want = 4 * kernel_time(dev, gemm(4 * per, f1, h)) + (local - 4) * launch
+    assert ops["l0.moe.experts.fc1"].compute_s == pytest.approx(want, rel=1e-12)
+    wgrad = 4 * kernel_time(dev, gemm(h * 4, f1, per)) + (local - 4) * launch
+    assert ops["l0.moe.experts.fc1.wgrad"].compute_s == pytest.approx(wgrad, rel=1e-12)
+    # the work is the whole layer's, however it is cut
+    assert ops["l0.moe.experts.fc1"].flops == pytest.approx(2.0 * rows * h * f1)
+    # one big GEMM of every row would be faster: 12 launches fewer
+    assert ops["l0.moe.experts.fc1"].compute_s > kernel_time(dev, gemm(rows, f1, h))
+
+
+def test_one_expert_per_rank_is_one_gemm():
+    """With as many ranks as experts (ep 128) each rank holds one expert: its GEMMs are single
+    GEMMs of all its rows, as before grouping."""
+    model, ops = _expert_ops(128)
+    rows = model.seq_len * model.moe.top_k
+    h, f1 = model.hidden, model.fc1_width(model.moe.expert_ffn_hidden)
+    assert ops["l0.moe.experts.fc1"].compute_s == pytest.approx(
+        kernel_time("b200-sxm-180gb", gemm(rows, f1, h)), rel=1e-12)
+
+
+def test_more_experts_per_rank_cost_more_launches():
+    """The same rows cut among more local experts cost more: ep 4 (32 experts a rank) takes
+    longer per routed row than ep 8 (16), and the gap is at least the 16 extra launches less
+    what the pooled rounds save."""
+    model, ops8 = _expert_ops(8)
+    _, ops4 = _expert_ops(4)
+    # per-rank rows are the same (tokens x top_k); only the cut differs
+    assert ops4["l0.moe.experts.fc2"].flops == pytest.approx(ops8["l0.moe.experts.fc2"].flops)
+    assert ops4["l0.moe.experts.fc2"].compute_s > ops8["l0.moe.experts.fc2"].compute_s

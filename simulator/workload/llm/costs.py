@@ -166,6 +166,51 @@ class _Ctx:
     def ew(self, name: str, nbytes: float, kind: str = "elementwise") -> Op:
         return Op(name, kind, self.time(elementwise(name.split(".")[-1], nbytes)))
 
+    @property
+    def local_experts(self) -> int:
+        """Routed experts this rank holds (the expert group splits them evenly)."""
+        return max(1, self.model.moe.experts // self.ep) if self.model.moe else 1
+
+    def launch_s(self) -> float:
+        """The per-kernel launch cost of the device (a kernel that moves nothing)."""
+        return self.time(elementwise("launch", 0))
+
+    def expert_gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
+                    flops: float | None = None, split: str = "m") -> Op:
+        """The GEMM ``(m, n, k)`` of this rank's experts as Transformer Engine's
+        ``GroupedLinear`` runs it (:data:`GROUPED_GEMM_STREAMS`): one GEMM per local expert,
+        the rows split evenly among them (balanced routing, as the published runs force it)
+        along ``split`` (``"m"``: forward and input-gradient GEMMs, whose rows are tokens;
+        ``"k"``: weight-gradient GEMMs, which reduce over the tokens), launched round-robin on
+        the streams: each round's concurrent GEMMs share the SMs (their tiles fill one set of
+        waves), and every GEMM is a launch of its own."""
+        experts = self.local_experts
+        if experts <= 1:
+            return self.gemm(name, m, n, k, kind, flops)
+        streams = GROUPED_GEMM_STREAMS
+        rounds = -(-experts // streams)
+        seconds = 0.0
+        for r in range(rounds):
+            together = min(streams, experts - r * streams)
+            if split == "m":
+                op = self.gemm(name, max(1, round(m * together / experts)), n, k, kind)
+            else:
+                # concurrent weight gradients: ``together`` outputs of (m, n), each reducing
+                # its own expert's rows; as tiles and work, one GEMM ``together`` times taller
+                op = self.gemm(name, m * together, n, max(1, round(k / experts)), kind)
+            seconds += op.compute_s
+        seconds += (experts - rounds) * self.launch_s()
+        whole = 2.0 * m * n * k
+        return Op(name, kind, seconds, None, whole if flops is None else flops)
+
+    def expert_cast(self, name: str, elements: float, kind: str) -> list[Op]:
+        """The fp8 quantization of the experts' operand: one kernel per local expert
+        (Transformer Engine's ``nvte_multi_tensor_quantize``, one quantize per tensor on its
+        streams), the same bytes as one cast of the whole."""
+        ops = _fp8_cast(self, name, elements, kind)
+        extra = (self.local_experts - 1) * self.launch_s()
+        return [dataclasses.replace(op, compute_s=op.compute_s + extra) for op in ops]
+
     def comm(self, name: str, group: str, collective: str, size: float,
              overlapped: bool = False) -> list[Op]:
         degree = {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp}.get(group, 2)
@@ -176,6 +221,17 @@ class _Ctx:
         if stream_of(group) == "ep" and self.layout.ep_overlap:
             overlapped = True
         return [Op(name, group, 0.0, Comm(group, collective, int(size), overlapped))]
+
+
+#: Streams Transformer Engine's grouped GEMM (``GroupedLinear``, the expert layers of
+#: Megatron-Core's ``TEGroupedMLP``) launches its per-expert GEMMs on, round-robin:
+#: ``multi_stream_cublas_gemm`` issues one cuBLAS GEMM per expert on
+#: ``get_compute_stream(i % num_streams)`` with ``num_compute_streams = 4``
+#: (NVIDIA/TransformerEngine @d0067d0d ``transformer_engine/common/gemm/cublaslt_gemm.cu``,
+#: ``common/util/multi_stream.cpp``); the same streams quantize the per-expert inputs
+#: (``nvte_multi_tensor_quantize``, ``common/cast/cast.cu``). The single grouped kernel of
+#: ``general_grouped_gemm_for_grouped_tensor`` came later (f8bda5d0, 2026-05-30).
+GROUPED_GEMM_STREAMS = 4
 
 
 #: HBM bytes per element of an fp8 cast-transpose (Transformer Engine): read the 16-bit tensor
@@ -295,6 +351,14 @@ def _bwd_gemm(ctx: _Ctx, name: str, m: int, n: int, k: int, kind: str = "gemm",
     half = None if flops is None else flops
     return (ctx.gemm(name + ".dgrad", m, k, n, kind, half, precision),
             ctx.gemm(name + ".wgrad", k, n, m, kind, half, precision))
+
+
+def _bwd_expert_gemm(ctx: _Ctx, name: str, m: int, n: int, k: int,
+                     flops: float | None = None) -> tuple[Op, Op]:
+    """:func:`_bwd_gemm` of the experts' grouped GEMM (:meth:`_Ctx.expert_gemm`): the input
+    gradients split by tokens, the weight gradients reduce over each expert's tokens."""
+    return (ctx.expert_gemm(name + ".dgrad", m, k, n, flops=flops),
+            ctx.expert_gemm(name + ".wgrad", k, n, m, flops=flops, split="k"))
 
 
 # ------------------------------------------------------------------------------------------
@@ -484,13 +548,13 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     ops += _local_sort(ctx, q + ".ep.sort", rows, ek)
     rows_i = int(round(rows))
     model_rows = (ctx.T * moe.top_k)                       # without capacity padding
-    ops += _fp8_cast(ctx, q + ".experts.fc1", rows * h, ek)
-    ops.append(ctx.gemm(q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h, gk,
-                        2.0 * model_rows * h * m.fc1_width(fe) / tp))
+    ops += ctx.expert_cast(q + ".experts.fc1", rows * h, ek)
+    ops.append(ctx.expert_gemm(q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h, gk,
+                               2.0 * model_rows * h * m.fc1_width(fe) / tp))
     ops.append(ctx.ew(q + ".experts.act", rows * (m.fc1_width(fe) + fe) // etp * _B, ek))
-    ops += _fp8_cast(ctx, q + ".experts.fc2", rows * fe // etp, ek)
-    ops.append(ctx.gemm(q + ".experts.fc2", rows_i, h, fe // etp, gk,
-                        2.0 * model_rows * fe * h / tp))
+    ops += ctx.expert_cast(q + ".experts.fc2", rows * fe // etp, ek)
+    ops.append(ctx.expert_gemm(q + ".experts.fc2", rows_i, h, fe // etp, gk,
+                               2.0 * model_rows * fe * h / tp))
     ops += _local_sort(ctx, q + ".ep.unsort", rows, ek)
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter", eg, "reducescatter", rows * h * _B)
@@ -538,13 +602,14 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     if ctx.sp:
         ops += ctx.comm(q + ".tp.allgather.grad", eg, "allgather", rows * h * _B)
     ops += _local_sort(ctx, q + ".ep.unsort.bwd", rows, "elementwise")
-    ops += _fp8_cast(ctx, q + ".experts.fc2.grad", rows * h, "elementwise")
-    ops += _bwd_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // etp,
-                     flops=2.0 * model_rows * fe * h / tp)
+    ops += ctx.expert_cast(q + ".experts.fc2.grad", rows * h, "elementwise")
+    ops += _bwd_expert_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // etp,
+                            flops=2.0 * model_rows * fe * h / tp)
     ops.append(ctx.ew(q + ".experts.act.bwd", 2 * rows * (m.fc1_width(fe) + fe) // etp * _B))
-    ops += _fp8_cast(ctx, q + ".experts.fc1.grad", rows * m.fc1_width(fe) // etp, "elementwise")
-    ops += _bwd_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h,
-                     flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
+    ops += ctx.expert_cast(q + ".experts.fc1.grad", rows * m.fc1_width(fe) // etp,
+                           "elementwise")
+    ops += _bwd_expert_gemm(ctx, q + ".experts.fc1", rows_i, m.fc1_width(fe) // etp, h,
+                            flops=2.0 * model_rows * h * m.fc1_width(fe) / tp)
     ops += _local_sort(ctx, q + ".ep.sort.bwd", rows, "elementwise")
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter.grad", eg, "reducescatter", rows * h * _B)
