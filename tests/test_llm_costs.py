@@ -591,3 +591,23 @@ def test_more_experts_per_rank_cost_more_launches():
     # per-rank rows are the same (tokens x top_k); only the cut differs
     assert ops4["l0.moe.experts.fc2"].flops == pytest.approx(ops8["l0.moe.experts.fc2"].flops)
     assert ops4["l0.moe.experts.fc2"].compute_s > ops8["l0.moe.experts.fc2"].compute_s
+
+
+def test_a_measured_table_times_the_expert_gemms_and_the_device_times_their_launches():
+    """With a measured kernel table, each round of expert GEMMs takes the table's time and the
+    further launches take the device's launch cost: the table is never asked for a kernel
+    that moves nothing, so a table of the kernels a step asks for covers an MoE layer."""
+    import functools
+
+    from simulator.workload.llm.compute import elementwise, kernels_of
+
+    model = get_llm_model("qwen3-30b-a3b")
+    lay = Layout(ep=8, dp=8, global_batch=8)
+    asked = kernels_of(functools.partial(step_work, model, lay, "b200-sxm-180gb"))
+    assert not any(k.shape.startswith("launch") for k in asked)
+    table = KernelTable({(k.op, k.shape): 1e-3 for k in asked})
+    chunk = step_work(model, lay, "b200-sxm-180gb", kernels=table).chunks[(0, 0)]
+    ops = {o.name: o for o in chunk.forward}
+    launch = kernel_time("b200-sxm-180gb", elementwise("launch", 0))
+    # 16 experts a rank: 4 rounds from the table, 12 more launches
+    assert ops["l0.moe.experts.fc1"].compute_s == pytest.approx(4 * 1e-3 + 12 * launch)

@@ -172,8 +172,10 @@ class _Ctx:
         return max(1, self.model.moe.experts // self.ep) if self.model.moe else 1
 
     def launch_s(self) -> float:
-        """The per-kernel launch cost of the device (a kernel that moves nothing)."""
-        return self.time(elementwise("launch", 0))
+        """The device's per-kernel launch cost (its efficiency table's ``kernel_overhead_s``:
+        the time of a kernel that moves nothing), never looked up in a measured kernel table,
+        whose entries time single kernels."""
+        return kernel_time(self.device, elementwise("launch", 0))
 
     def expert_gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
                     flops: float | None = None, split: str = "m") -> Op:
