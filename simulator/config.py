@@ -18,6 +18,7 @@ Every file the tool reads goes through two steps:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Callable, Iterable, Union
 
@@ -80,15 +81,33 @@ def read_text_file(path, origin: str | None = None) -> str:
                           f"column {column} (offset {exc.start}); save the file as UTF-8")
     
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``1e-5`` and ``2E+3`` as numbers, as YAML 1.2 does (YAML
+    1.1, which PyYAML follows, wants a dot: ``1.0e-5``; a user who writes a tolerance as
+    ``1e-5`` means the number)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def yaml_value(text: str):
+    """One value written as YAML (a ``--param`` or ``--option`` on the command line), read as
+    :func:`read_yaml` reads values (``1e-5`` a number); raises ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (_Loader is a SafeLoader)
+
+
 def read_yaml(text: str, origin: str) -> tuple[object, Where]:
     """Parse YAML ``text``; return the data and a :class:`Where` covering every mapping key.
 
     Sequence items are addressed by their index (``("sizes", 2)``).
     """
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_Loader)
         _check_shape(root, origin)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (_Loader is a SafeLoader)
     except RecursionError:
         raise ConfigError(f"{origin}: YAML nested too deeply (more than {MAX_YAML_DEPTH} levels "
                           f"of mappings and lists)") from None

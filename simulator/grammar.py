@@ -31,6 +31,7 @@ from .config import (Invalid, Section, described, explain, listed, one_of, one_o
                      quantity, registered)
 from .errors import ClusterSimError, ConfigError
 from .topology.presets import TopologyFile
+from .workload.llm.steady import LOOSEST_TOLERANCE, TOLERANCE
 from .workload.mixed_precision import GRADIENT_DTYPE_HELP
 
 
@@ -665,6 +666,11 @@ class LlmSection(Section):
     fsdp: bool = False
     tp_overlap: bool = False
     order: str = Field("tp-cp-ep-dp-pp", description="rank order, fastest-varying first")
+    steady_tolerance: Annotated[float, Field(ge=TOLERANCE, le=LOOSEST_TOLERANCE)] = Field(
+        TOLERANCE, description=f"how closely a long step's increments per period must agree, "
+                               f"relative to its span, to extend it from three short steps "
+                               f"({TOLERANCE:g}: exact; up to {LOOSEST_TOLERANCE:g} for steps "
+                               f"with no exact period, such as overlapped expert all-to-alls)")
     search: LlmSearchSection | None = Field(
         None, description="search the fastest layouts instead of sweeping the lists")
 
@@ -679,6 +685,9 @@ class LlmSection(Section):
                        "the search chooses it (narrow the search space under search: tp, "
                        "cp, pp, virtual_stages, micro_batch, optimizers, recompute)")
                 raise Invalid(f"not used with search: {why}", key)
+        if self.given("steady_tolerance"):
+            raise Invalid("not used with search: the search extends each layout's steady "
+                          "state exactly", "steady_tolerance")
         for key in ("global_batch", "precision"):
             values = getattr(self, key)
             if len(values) != 1:

@@ -253,7 +253,8 @@ def _llm(section: grammar.LlmSection):
               for key in SWEPT}
     fixed = {key: getattr(section, key) for key in ("distributed_optimizer", "fsdp",
                                                     "tp_overlap", "order")}
-    return LlmStudy(model=section.model, values=values, fixed=fixed, device=section.device)
+    return LlmStudy(model=section.model, values=values, fixed=fixed, device=section.device,
+                    steady_tolerance=section.steady_tolerance)
 
 
 def _jobs(section: list):

@@ -229,6 +229,11 @@ BASE = "topology: star\n"
     ("collective:", "s.yaml:2: collective: expected the workload's settings, got nothing"),
     ("collective: [1MiB]", "collective: expected a mapping with keys collective, algorithms"),
     ("collective: {sizes: 1MiB}\nlibrary: [nccl]", "library: expected a name or a mapping"),
+    # the loosest steady-state tolerance a step may be extended to
+    ("llm: {model: llama2-7b, global_batch: 64, steady_tolerance: 0.5}",
+     "llm.steady_tolerance: must be <= 0.001, got 0.5"),
+    ("llm: {model: llama2-7b, global_batch: 64, steady_tolerance: 1e-5, search: {gpus: 8}}",
+     "llm.steady_tolerance: not used with search"),
     # every problem counted, the first one shown
     ("collective: {sizes: 1MiB, gpus: [0, x], slices: -1}",
      "collective.gpus.0: must be >= 1, got 0 (and 2 more problems)"),
@@ -238,6 +243,32 @@ def test_the_grammar_validates_scenarios_with_file_line_key_messages(body, messa
         read_scenario(BASE + body + "\n", "s.yaml")
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_numbers_in_exponent_form_are_numbers():
+    """YAML 1.1 reads ``1e-5`` as text; the scenario and ``--param`` readers take it for the
+    number a user means (YAML 1.2), and leave text that only looks like one alone."""
+    from simulator.config import read_yaml, yaml_value
+    from simulator.topology.presets import param_value
+
+    data, _ = read_yaml("a: 1e-5\nb: -2E+3\nc: 1.0e-5\nd: 1e5x\ne: 64MiB\nf: 7\n", "t.yaml")
+    assert data == {"a": 1e-5, "b": -2000.0, "c": 1e-5, "d": "1e5x", "e": "64MiB", "f": 7}
+    assert yaml_value("3e2") == 300.0 and param_value("1e-3") == 1e-3
+    # a number key written in exponent form (YAML 1.1 would hand the grammar '1e-3', text)
+    scenario = read_scenario(BASE + "training: {models: resnet50, gpus: 8, aggregations: ring, "
+                                    "compression: [{kind: topk, fraction: 1e-3}]}\n", "s.yaml")
+    assert scenario.training.compressions[0].fraction == 1e-3
+
+
+def test_the_llm_sections_steady_tolerance_reaches_the_study():
+    from simulator.workload.llm.steady import TOLERANCE
+
+    study = read_scenario(BASE + "llm: {model: llama2-7b, global_batch: 64, "
+                                 "steady_tolerance: 1e-5}\n", "s.yaml").study
+    assert study.steady_tolerance == 1e-5
+    default = read_scenario(BASE + "llm: {model: llama2-7b, global_batch: 64}\n",
+                            "s.yaml").study
+    assert default.steady_tolerance == TOLERANCE
 
 
 def test_validated_values_reach_the_run_parsed_and_defaulted():

@@ -8,7 +8,9 @@ import simulator.workload.llm.step as step_module
 from simulator.cli import main
 from simulator.topology import load_topology
 from simulator.workload.llm.layout import Layout
-from simulator.workload.llm.steady import TOLERANCE, Unsteady, extend, windows
+from simulator.errors import ConfigError
+from simulator.workload.llm.steady import (TOLERANCE, Unsteady, check_tolerance, drift, extend,
+                                          windows)
 from simulator.workload.llm.step import simulate_step
 from simulator.workload.llm.work import Comm, Op
 
@@ -157,3 +159,106 @@ def test_cli_every_micro_batch(capsys):
     assert main(["llm", "--model", "llama2-7b", "--topology", "dgx-a100-2node",
                  "--global-batch", "256", "--search", "--every-micro-batch"]) == 2
     assert "--every-micro-batch is for one step" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a looser tolerance, asked for
+
+def _outcome(m, noise=0.0):
+    """A fake short step of ``m`` micro-batches: 0.5 s each after a 1 s fill, plus ``noise``."""
+    t = 1.0 + 0.5 * m + noise
+    return step_module._Outcome(
+        step_s=t, ranks=[0], stage={0: 0}, end={0: t}, acc={0: {"compute_s": 0.4 * m}},
+        traffic={"dp": 10.0 * m}, link_bytes={("a->b", "dp", 1e9): 5.0 * m}, fold_note="",
+        engine=None, trace_events=None)
+
+
+def test_check_tolerance_names_the_range():
+    assert check_tolerance(1e-5) == 1e-5 and check_tolerance(TOLERANCE) == TOLERANCE
+    for bad in (0.0, 1e-12, 2e-3, -1e-5, float("nan"), "x"):
+        with pytest.raises(ConfigError, match=r"steady_tolerance: expected a relative tolerance "
+                                              r"from 1e-09 \(exact, the default\) to 0.001"):
+            check_tolerance(bad)
+
+
+def test_drift_is_the_increments_difference_times_the_periods():
+    assert drift(1.0, 3.0, 5.0, 60) == 0.0
+    assert drift(1.0, 3.0, 5.0 + 1e-6, 60) == pytest.approx(6e-5, rel=1e-6)
+
+
+def test_a_step_without_an_exact_period_is_extended_only_when_asked():
+    """Increments that wander by 2e-7 s (4e-7 of the step's span): never extended at the
+    default tolerance, extended at 1e-5 with the drift stated, and the extension lies within
+    that drift of the noiseless step."""
+    wobble = {16: 0.0, 24: 2e-7, 32: 0.0, 40: 2e-7, 48: 0.0}
+
+    def run(m):
+        return _outcome(m, wobble.get(m, 0.0))
+
+    assert step_module._steady(run, 512, 8, []) is None
+    notes = []
+    out = step_module._steady(run, 512, 8, notes, tolerance=1e-5)
+    assert out is not None and out.window.counts == (16, 24, 32)
+    k = out.window.periods_left
+    assert out.drift_s == pytest.approx(k * 4e-7, rel=1e-6)
+    truth = 1.0 + 0.5 * 512
+    assert abs(out.step_s - truth) <= out.drift_s
+    assert out.traffic == {"dp": pytest.approx(10.0 * 512)}       # exact quantities stay exact
+    assert "to 1e-05 relative, not exactly: the step time may be off by about 2.4e-05 s" \
+        in notes[0]
+    # an increment off by more than the tolerance is still refused
+    loud = {24: 1e-3}
+    assert step_module._steady(lambda m: _outcome(m, loud.get(m, 0.0)), 512, 8, [],
+                               tolerance=1e-5).window.counts != (16, 24, 32)
+
+
+def test_a_looser_tolerance_leaves_an_exactly_periodic_step_exact():
+    nodes, lay, v, extra = CASES["1f1b over machines"]
+    work = make_work(lay.pp, v, lay.global_batch // lay.dp, tp_comm=2 << 20)
+    exact = simulate_step(dgx(nodes), "toy", lay, work=work)
+    loose = simulate_step(dgx(nodes), "toy", lay, work=work, steady_tolerance=1e-4)
+    assert loose.row == exact.row and loose.steady_drift_s == 0.0
+    assert any("(to 1e-09)" in n for n in loose.notes)
+    with pytest.raises(ConfigError, match="steady_tolerance"):
+        simulate_step(dgx(nodes), "toy", lay, work=work, steady_tolerance=0.1)
+
+
+def test_cli_steady_tolerance(capsys):
+    args = ["llm", "--model", "llama2-7b", "--topology", "dgx-a100-2node", "--tp", "4",
+            "--dp", "4", "--global-batch", "256"]
+    assert main(args + ["--steady-tolerance", "1e-5"]) == 0
+    assert "note: steady state:" in capsys.readouterr().out
+    for extra, message in (
+            (["--steady-tolerance", "0.01"], "--steady-tolerance: expected a relative "
+                                             "tolerance from 1e-09"),
+            (["--steady-tolerance", "1e-5", "--every-micro-batch"], "give one of them"),
+            (["--steady-tolerance", "1e-5", "--search"], "--steady-tolerance is for one step")):
+        given = args[:-4] + args[-2:] if "--search" in extra else args      # no --dp
+        assert main(given + extra) == 2
+        assert message in capsys.readouterr().err
+    assert main(["compare", "tests/data/measurements/nccl_a3mega_2node_tcpxo.csv",
+                 "--topology", "gcp-a3-mega", "--steady-tolerance", "1e-5"]) == 2
+    assert "--steady-tolerance applies to LLM training tables" in capsys.readouterr().err
+
+
+def test_compare_passes_the_tolerance_and_reports_the_drift(tmp_path, monkeypatch):
+    """``compare --steady-tolerance`` on an LLM table: each row's step is asked for it; an
+    exactly periodic step keeps every number, and ``compare.csv`` says it drifted by nothing."""
+    import pandas as pd
+
+    asked = []
+    real = step_module.simulate_step
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("steady_tolerance"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(step_module, "simulate_step", spy)
+    table = "tests/data/measurements/train_llm_nvidia_dgxh100_fp8.csv"
+    base = ["compare", table, "--topology", "hgx-h100", "--select", "model=llama3-8b"]
+    assert main(base + ["-o", str(tmp_path / "exact")]) == 0
+    assert main(base + ["--steady-tolerance", "1e-4", "-o", str(tmp_path / "loose")]) == 0
+    exact = pd.read_csv(tmp_path / "exact" / "compare.csv")
+    loose = pd.read_csv(tmp_path / "loose" / "compare.csv")
+    pd.testing.assert_frame_equal(exact, loose)
+    assert (loose["steady_drift_s"] == 0.0).all() and len(loose) == 2
+    assert asked == [TOLERANCE, TOLERANCE, 1e-4, 1e-4]

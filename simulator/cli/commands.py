@@ -96,6 +96,7 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
     """``--option KEY=VALUE`` pairs, routed to the algorithms that accept each key."""
     import yaml
 
+    from ..config import yaml_value
     from ..schedules import get_algorithm
 
     values = {}
@@ -106,7 +107,7 @@ def _algo_options(pairs: list[str], algorithms: list[str]) -> dict[str, dict]:
             values[key] = parse_bandwidth(text, what=f"--option {key}")
         else:
             try:
-                values[key] = yaml.safe_load(text)
+                values[key] = yaml_value(text)
             except yaml.YAMLError:
                 values[key] = text
     routed = {name: {} for name in algorithms}

@@ -225,10 +225,13 @@ def compared(args) -> Comparison:
     flags), without printing the tables or writing files."""
     if args.max_mape is not None and not args.max_mape >= 0:
         raise ConfigError(f"--max-mape must be a percentage >= 0, got {args.max_mape}")
+    if is_llm_file(args.measured) and not is_layer_file(args.measured):
+        return _compared_rows(args, "llm")
+    if getattr(args, "steady_tolerance", None) is not None:
+        raise ConfigError(f"--steady-tolerance applies to LLM training tables (each row one "
+                          f"step); {args.measured} is not one")
     if is_layer_file(args.measured):
         return _compared_rows(args, "layer")
-    if is_llm_file(args.measured):
-        return _compared_rows(args, "llm")
     if is_training_file(args.measured):
         return _compared_training(args)
     return _compared_collective(args)
@@ -465,7 +468,12 @@ def _compared_rows(args, kind: str) -> Comparison:
     if args.select:
         measured = select(measured, args.select)
     library = getattr(args, "library", None) or "default"
-    points = compare(measured, topology, params, library=library)
+    extra = {}
+    if kind == "llm":
+        from .llm import steady_tolerance
+
+        extra = steady_tolerance(args)
+    points = compare(measured, topology, params, library=library, **extra)
     skipped = points.attrs.get("skipped", [])
     if not (points["skipped"].fillna("") == "").any():
         raise ConfigError(f"{args.measured}: no row could be simulated ({len(points)} skipped; "
@@ -627,6 +635,10 @@ def add_compare_parsers(subparsers) -> None:
     c.add_argument("--max-mape", type=float, default=None, metavar="PCT",
                    help="exit 1 if the MAPE of any size band (or overall) exceeds PCT percent "
                         "(training files: the speedup MAPE of any arch, or overall)")
+    c.add_argument("--steady-tolerance", type=float, default=None, metavar="REL",
+                   help="LLM training tables: extend each row's step from a steady state "
+                        "periodic to REL of its span (1e-9, exact, the default, to 1e-3), as "
+                        "`clustersim llm --steady-tolerance`")
     c.add_argument("-o", "--output", default=None, metavar="OUT",
                    help="folder for compare.csv, mape.csv and plots")
     c.set_defaults(func=cmd_compare)

@@ -6,7 +6,8 @@ writes ``step.csv``, ``breakdown.csv`` (per simulated rank), ``traffic.csv`` and
 ``--trace FILE`` a Chrome trace with one track per rank and stream. A step of many
 micro-batches is extended from three short steps once they prove a steady state
 (:mod:`simulator.workload.llm.steady`, said in a note); ``--every-micro-batch`` (or ``--trace``)
-simulates all of them.
+simulates all of them; ``--steady-tolerance`` extends a step that is periodic only to that
+relative tolerance (the note then says how far the step time may be off).
 
 ``clustersim llm --search``: the layout search (:mod:`simulator.workload.llm.search`): every
 layout that fits memory, simulated fastest-bound first on local processes (``--workers``) or
@@ -85,6 +86,11 @@ def add_llm_parser(subparsers) -> None:
                    help="simulate every micro-batch of the step (default: a step of many is "
                         "extended from three short ones once they prove a steady state; the "
                         "same numbers to 1e-9, several times faster)")
+    p.add_argument("--steady-tolerance", type=float, default=None, metavar="REL",
+                   help="extend a step whose increments per period agree only to REL of its "
+                        "span (1e-9, exact, to 1e-3; default exact): for steps with no exact "
+                        "period, such as overlapped expert all-to-alls; the note says how far "
+                        "the step time may then be off")
     p.add_argument("-o", "--output", default=None, metavar="DIR",
                    help="write step.csv, breakdown.csv, traffic.csv, links.csv there "
                         "(--search: search.csv and search.png)")
@@ -185,6 +191,9 @@ def cmd_search(args) -> int:
     if getattr(args, "every_micro_batch", False):
         raise ConfigError("--every-micro-batch is for one step; the search extends each "
                           "layout's steady state (leave it out with --search)")
+    if getattr(args, "steady_tolerance", None) is not None:
+        raise ConfigError("--steady-tolerance is for one step; the search extends each "
+                          "layout's steady state exactly (leave it out with --search)")
     if getattr(args, "dispatcher", None) is not None:
         raise ConfigError("--dispatcher is not searched: the search keeps Megatron's default "
                           "(alltoall); leave --dispatcher out with --search")
@@ -224,6 +233,19 @@ def cmd_search(args) -> int:
     return 0
 
 
+def steady_tolerance(args) -> dict:
+    """``{"steady_tolerance": value}`` from ``--steady-tolerance`` (checked), or ``{}``."""
+    value = getattr(args, "steady_tolerance", None)
+    if value is None:
+        return {}
+    if getattr(args, "every_micro_batch", False):
+        raise ConfigError("--steady-tolerance extends a step from its steady state; "
+                          "--every-micro-batch simulates every micro-batch: give one of them")
+    from ..workload.llm.steady import check_tolerance
+
+    return {"steady_tolerance": check_tolerance(value, "--steady-tolerance")}
+
+
 def cmd_llm(args) -> int:
     if args.search:
         return cmd_search(args)
@@ -243,7 +265,8 @@ def cmd_llm(args) -> int:
         kernels = KernelTable.from_csv(args.kernels, fallback=args.kernels_fallback)
     result = simulate_step(graph, args.model, layout, library=args.library,
                            record_trace=args.trace is not None, kernels=kernels,
-                           extrapolate=not args.every_micro_batch)
+                           extrapolate=not args.every_micro_batch,
+                           **steady_tolerance(args))
     print(format_row(result.row))
     print()
     print(result.summary().to_string(index=False, float_format=lambda x: f"{x:.6g}"))

@@ -55,7 +55,7 @@ LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp"
                      "global_batch", "recompute", "precision", "fp8_recipe", "metric", "measured", "simulated",
                      "error_pct", "step_time_s", "hardware_tflops_per_gpu", "mfu_pct",
                      "compute_s", "exposed_tp_s", "exposed_pp_s", "exposed_dp_s", "bubble_s",
-                     "topology", "assumed", "skipped")
+                     "topology", "steady_drift_s", "assumed", "skipped")
 
 #: measured column -> (metric name, simulated row column, higher is better)
 _METRICS = {
@@ -346,12 +346,17 @@ def located_rows(measured: pd.DataFrame):
 
 
 def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = None, *,
-                library: str = "default", progress=None) -> pd.DataFrame:
+                library: str = "default", progress=None,
+                steady_tolerance: float | None = None) -> pd.DataFrame:
     """Simulate every row of an LLM table on ``topology`` sized to the row; one output row per
-    measured row (a row that cannot be simulated is kept with ``skipped`` saying why)."""
+    measured row (a row that cannot be simulated is kept with ``skipped`` saying why).
+    ``steady_tolerance``: as :func:`~simulator.workload.llm.step.simulate_step`'s (None: exact);
+    the rows then carry ``steady_drift_s``, how far each step time may be off."""
     from ..measure.llm_table import LLM_MEASURED
+    from ..workload.llm.steady import TOLERANCE
     from ..workload.llm.step import simulate_step
 
+    tolerance = TOLERANCE if steady_tolerance is None else steady_tolerance
     params = dict(params or {})
     cache: dict = {}
     out = []
@@ -387,7 +392,8 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
                 base.update(micro_batch=layout.micro_batch)
             # the run happened, so it fitted: a memory estimate over the device is noted, not
             # a reason to skip the row
-            result = simulate_step(graph, model, layout, library=library, check_fit=False)
+            result = simulate_step(graph, model, layout, library=library, check_fit=False,
+                                   steady_tolerance=tolerance)
             assumed += _memory_note(model, layout, graph)
             base["assumed"] = " ".join(assumed)
         except ClusterSimError as exc:
@@ -400,7 +406,8 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
         out.append({**base, "simulated": simulated, "error_pct": error,
                     **{c: sim[c] for c in ("step_time_s", "hardware_tflops_per_gpu", "mfu_pct",
                                            "compute_s", "exposed_tp_s", "exposed_pp_s",
-                                           "exposed_dp_s", "bubble_s", "topology")}})
+                                           "exposed_dp_s", "bubble_s", "topology")},
+                    "steady_drift_s": result.steady_drift_s})
         if progress:
             progress(out[-1])
     frame = pd.DataFrame(out, columns=list(LLM_POINT_COLUMNS))

@@ -35,7 +35,8 @@ import networkx as nx
 import yaml
 from pydantic import BeforeValidator, Field, model_validator
 
-from simulator.config import Invalid, Section, one_of, read_text_file, read_yaml, validate
+from simulator.config import (Invalid, Section, one_of, read_text_file, read_yaml, validate,
+                              yaml_value)
 from simulator.errors import ClusterSimError, ConfigError, unknown_name
 from simulator.topology.builders import BUILDERS, build, parameter_names
 
@@ -160,7 +161,7 @@ def param_value(value):
     if value.strip().lower() == "none":
         return None
     try:
-        return yaml.safe_load(value)
+        return yaml_value(value)
     except yaml.YAMLError:
         return value
 

@@ -76,7 +76,7 @@ from .groups import Bundle, FlowLauncher, FoldMiss, GroupCoster, ReplicaFold
 from .layout import Layout, bucket_bytes_of
 from .placement import Placement, place
 from .schedule import stage_orders
-from .steady import TOLERANCE, Unsteady, Window, extend, windows
+from .steady import TOLERANCE, Unsteady, Window, check_tolerance, drift, extend, windows
 from .work import StepWork, stream_of
 
 __all__ = ["StepResult", "simulate_step", "STEP_COLUMNS", "BREAKDOWN_COLUMNS"]
@@ -110,6 +110,7 @@ class StepResult:
     simulated_ranks: int = 0
     wall_s: float = 0.0
     steady: Window | None = None     # the window extrapolated from (engine: its last step's)
+    steady_drift_s: float = 0.0      # how far the extended step time may be off (steady.drift)
 
     def summary(self) -> pd.DataFrame:
         """The critical rank's breakdown as (part, seconds, percent of the step)."""
@@ -779,6 +780,7 @@ class _Outcome:
     engine: Engine | None
     trace_events: list | None
     window: Window | None = None
+    drift_s: float = 0.0
 
 
 def _outcome(step: _Step, tp_scale: int) -> _Outcome:
@@ -792,9 +794,34 @@ def _outcome(step: _Step, tp_scale: int) -> _Outcome:
         trace_events=step.trace_events)
 
 
-def _steady(run, micro_batches: int, stages: int, notes: list) -> _Outcome | None:
-    """The step extended from a window of three short steps (:mod:`.steady`), or None when no
-    window worth trying proves a steady state (the caller then simulates every micro-batch)."""
+def _extended(o: list, k: int, tolerance: float) -> tuple:
+    """The additive quantities of the three steps ``o`` extended by ``k`` periods (raises
+    :class:`~.steady.Unsteady` where they disagree by more than ``tolerance``)."""
+    if len({x.fold_note for x in o}) != 1:
+        raise Unsteady("the replica fold differs between the three steps")
+    span = o[2].step_s
+    return (extend(tuple(x.end for x in o), k, span, "end", tolerance),
+            extend(tuple(x.acc for x in o), k, span, "breakdown", tolerance),
+            extend(tuple(x.traffic for x in o), k, None, "traffic", tolerance),
+            extend(tuple(x.link_bytes for x in o), k, None, "link bytes", tolerance))
+
+
+def _parts_drift(o: list, k: int) -> float:
+    """The largest :func:`~.steady.drift` of any rank's end or part of the step (compute,
+    exposed communication, bubble) over the three steps ``o``."""
+    worst = 0.0
+    for r in o[2].end:
+        worst = max(worst, drift(o[0].end[r], o[1].end[r], o[2].end[r], k))
+        for part, x3 in o[2].acc[r].items():
+            worst = max(worst, drift(o[0].acc[r][part], o[1].acc[r][part], x3, k))
+    return worst
+
+
+def _steady(run, micro_batches: int, stages: int, notes: list,
+            tolerance: float = TOLERANCE) -> _Outcome | None:
+    """The step extended from a window of three short steps (:mod:`.steady`: exactly, or
+    else to ``tolerance``), or None when no window worth trying proves a steady state (the
+    caller then simulates every micro-batch)."""
     done: dict = {}
     for win in windows(micro_batches, stages):
         for m in win.counts:
@@ -802,23 +829,29 @@ def _steady(run, micro_batches: int, stages: int, notes: list) -> _Outcome | Non
                 done[m] = run(m)
         o = [done[m] for m in win.counts]
         k = win.periods_left
+        exact = True
         try:
-            if len({x.fold_note for x in o}) != 1:
-                raise Unsteady("the replica fold differs between the three steps")
-            span = o[2].step_s
-            end = extend(tuple(x.end for x in o), k, span, "end")
-            acc = extend(tuple(x.acc for x in o), k, span, "breakdown")
-            traffic = extend(tuple(x.traffic for x in o), k, None, "traffic")
-            links = extend(tuple(x.link_bytes for x in o), k, None, "link bytes")
+            try:
+                end, acc, traffic, links = _extended(o, k, TOLERANCE)
+            except Unsteady:
+                if tolerance <= TOLERANCE:
+                    raise
+                exact = False
+                end, acc, traffic, links = _extended(o, k, tolerance)
         except Unsteady:
             done.pop(win.counts[0])          # the next window starts a period later
             continue
         d = o[2].step_s - o[1].step_s
+        off = 0.0 if exact else drift(o[0].step_s, o[1].step_s, o[2].step_s, k)
+        parts = 0.0 if exact else _parts_drift(o, k)
+        how = f"to {TOLERANCE:g}" if exact else (
+            f"to {tolerance:g} relative, not exactly: the step time may be off by about "
+            f"{off:.2g} s, a rank's part of it by {parts:.2g} s")
         notes.append(f"steady state: {win} micro-batches simulated, each {win.period} more "
-                     f"adding the same {d:.9g} s (to {TOLERANCE:g}); the step's "
+                     f"adding the same {d:.9g} s ({how}); the step's "
                      f"{micro_batches} extended from them (--every-micro-batch simulates all)")
         return dataclasses.replace(o[2], step_s=max(end.values()), end=end, acc=acc,
-                                   traffic=traffic, link_bytes=links, window=win)
+                                   traffic=traffic, link_bytes=links, window=win, drift_s=off)
     return None
 
 
@@ -920,7 +953,7 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
                   device=None, library="default", record_trace: bool = False, seed: int = 0,
                   kernels=None, tp_mode: str = "auto",
                   representative: str | bool = "auto", check_fit: bool = True,
-                  extrapolate: bool = True) -> StepResult:
+                  extrapolate: bool = True, steady_tolerance: float = TOLERANCE) -> StepResult:
     """Simulate one training step of ``model`` (a registered name or a model config) cut by
     ``layout`` on ``graph``; see the module docstring.
 
@@ -936,8 +969,13 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
     stage's need). ``extrapolate``: a step of many micro-batches is extended from three short
     ones once they prove a steady state (:mod:`.steady`; ``StepResult.steady`` says which, and
     ``engine`` is then the last short step's); False, or a trace, simulates every micro-batch.
+    ``steady_tolerance``: how closely the window's increments must agree (relative to its
+    longest step; :data:`~.steady.TOLERANCE`, exact, by default; a looser one extends steps
+    without an exact period, and ``StepResult.steady_drift_s`` says how far the step time may
+    then be off).
     """
     wall = time.perf_counter()
+    steady_tolerance = check_tolerance(steady_tolerance)
     pl = place(graph, layout)
     memory_gib = math.nan
     if work is None:
@@ -985,7 +1023,7 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
 
     out = None
     if extrapolate and not record_trace:
-        out = _steady(run, work.micro_batches, layout.pp, notes)
+        out = _steady(run, work.micro_batches, layout.pp, notes, steady_tolerance)
     if out is None:
         out = run(work.micro_batches)
     if out.fold_note:
@@ -1023,4 +1061,5 @@ def simulate_step(graph: nx.DiGraph, model, layout: Layout, *, work: StepWork | 
     trace = _trace(out.trace_events, pl, row["model"]) if record_trace else None
     return StepResult(row=row, breakdown=breakdown, traffic=traffic, links=links, trace=trace,
                       engine=out.engine, notes=tuple(notes), simulated_ranks=len(out.ranks),
-                      wall_s=time.perf_counter() - wall, steady=out.window)
+                      wall_s=time.perf_counter() - wall, steady=out.window,
+                      steady_drift_s=out.drift_s)

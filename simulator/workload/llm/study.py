@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ...errors import ClusterSimError, ConfigError
 from .layout import Layout
+from .steady import TOLERANCE
 
 __all__ = ["LLM_STUDY_COLUMNS", "LlmSearch", "LlmStudy", "SWEPT", "run_llm_point"]
 
@@ -59,6 +60,7 @@ class LlmStudy:
     fixed: dict                      # other Layout fields (order, tp_overlap, ...)
     device: str | None = None
     library: str = "default"
+    steady_tolerance: float = TOLERANCE     # simulate_step's (exact by default)
 
     def points(self):
         """Each swept combination as a tuple in :data:`SWEPT` order."""
@@ -89,7 +91,7 @@ def run_llm_point(graph, study: LlmStudy, point) -> dict:
         base = {**base, **{k: v for k, v in dataclasses.asdict(layout).items() if k in SWEPT},
                 "gpus": layout.gpus}
         result = simulate_step(graph, study.model, layout, device=study.device,
-                               library=study.library)
+                               library=study.library, steady_tolerance=study.steady_tolerance)
     except ClusterSimError as exc:
         return {**base, "refused": str(exc)}
     return {**base, **result.row, "refused": ""}
