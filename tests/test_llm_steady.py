@@ -231,6 +231,7 @@ def test_cli_steady_tolerance(capsys):
             (["--steady-tolerance", "0.01"], "--steady-tolerance: expected a relative "
                                              "tolerance from 1e-09"),
             (["--steady-tolerance", "1e-5", "--every-micro-batch"], "give one of them"),
+            (["--steady-tolerance", "1e-5", "--trace", "t.json"], "--trace simulates every"),
             (["--steady-tolerance", "1e-5", "--search"], "--steady-tolerance is for one step")):
         given = args[:-4] + args[-2:] if "--search" in extra else args      # no --dp
         assert main(given + extra) == 2

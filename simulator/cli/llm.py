@@ -238,9 +238,11 @@ def steady_tolerance(args) -> dict:
     value = getattr(args, "steady_tolerance", None)
     if value is None:
         return {}
-    if getattr(args, "every_micro_batch", False):
-        raise ConfigError("--steady-tolerance extends a step from its steady state; "
-                          "--every-micro-batch simulates every micro-batch: give one of them")
+    for flag, given in (("--every-micro-batch", getattr(args, "every_micro_batch", False)),
+                        ("--trace", getattr(args, "trace", None) is not None)):
+        if given:
+            raise ConfigError(f"--steady-tolerance extends a step from its steady state; "
+                              f"{flag} simulates every micro-batch: give one of them")
     from ..workload.llm.steady import check_tolerance
 
     return {"steady_tolerance": check_tolerance(value, "--steady-tolerance")}
