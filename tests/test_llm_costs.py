@@ -451,6 +451,38 @@ def test_fp8_experts_quantize_their_own_operands():
             names.index("l0.moe.experts.fc2")
 
 
+def test_experts_with_biases_pay_megatrons_eager_bias_add():
+    """GPT-OSS's experts have biases; Megatron-Core adds fc2's itself, per local expert
+    (``t + b * p``, then a ``cat``): 6 passes over the fc2 output and 2 E + 1 kernels forward,
+    8 passes and 4 E + 1 kernels backward, between fc2 and the combine. A model without
+    biases (Qwen3) pays nothing, and more experts on a rank pay more launches."""
+    from simulator.workload.llm.compute import elementwise
+
+    dev = "b200-sxm-180gb"
+    model = get_llm_model("gpt-oss-120b")
+    rows = model.seq_len * model.moe.top_k                 # one micro-batch's routed copies
+    launch = kernel_time(dev, elementwise("launch", 0))
+    seconds = {}
+    for ep in (8, 16):
+        chunk = step_work(model, Layout(ep=ep, dp=16, global_batch=16), dev).chunks[(0, 0)]
+        fwd = [o.name for o in chunk.forward]
+        ops = {o.name: o for o in chunk.forward + chunk.backward}
+        local = model.moe.experts // ep
+        for name, passes, kernels in (("l0.moe.experts.bias", 6, 2 * local + 1),
+                                      ("l0.moe.experts.bias.bwd", 8, 4 * local + 1)):
+            t = kernel_time(dev, elementwise(name.split(".")[-1],
+                                             passes * rows * model.hidden * 2))
+            assert ops[name].compute_s == pytest.approx(t + (kernels - 1) * launch, rel=1e-12)
+        assert fwd.index("l0.moe.experts.fc2") + 1 == fwd.index("l0.moe.experts.bias")
+        bwd = [o.name for o in chunk.backward]
+        assert bwd.index("l0.moe.experts.bias.bwd") < bwd.index("l0.moe.experts.fc2.dgrad")
+        seconds[ep] = ops["l0.moe.experts.bias"].compute_s
+    assert seconds[8] > seconds[16]                        # 16 experts a rank against 8
+    qwen = step_work(get_llm_model("qwen3-30b-a3b"), Layout(ep=8, dp=8, global_batch=8),
+                     dev).chunks[(0, 0)]
+    assert not [o for o in qwen.forward + qwen.backward if ".experts.bias" in o.name]
+
+
 # ------------------------------------------------------------------ fp8 recipes
 def _fp8_ops(recipe, device="h100-sxm5-80gb", model=LLAMA):
     layout = Layout(precision="fp8", fp8_recipe=recipe)

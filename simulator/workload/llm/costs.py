@@ -205,6 +205,18 @@ class _Ctx:
         whole = 2.0 * m * n * k
         return Op(name, kind, seconds, None, whole if flops is None else flops)
 
+    def expert_bias(self, name: str, rows: float, kind: str, backward: bool) -> list[Op]:
+        """The experts' fc2 bias as Megatron-Core adds it, for a model with biases
+        (:data:`EXPERT_BIAS_PASSES`): one elementwise op of the passes' bytes, carrying the
+        launches of its per-expert kernels beyond the first."""
+        if not self.model.bias:
+            return []
+        experts = self.local_experts
+        passes = EXPERT_BIAS_PASSES[1 if backward else 0]
+        kernels = 4 * experts + 1 if backward else 2 * experts + 1
+        op = self.ew(name, passes * rows * self.h * _B, kind)
+        return [dataclasses.replace(op, compute_s=op.compute_s + (kernels - 1) * self.launch_s())]
+
     def expert_cast(self, name: str, elements: float, kind: str) -> list[Op]:
         """The fp8 quantization of the experts' operand: one kernel per local expert
         (Transformer Engine's ``nvte_multi_tensor_quantize``, one quantize per tensor on its
@@ -235,6 +247,22 @@ class _Ctx:
 #: ``general_grouped_gemm_for_grouped_tensor`` came later (f8bda5d0, 2026-05-30).
 GROUPED_GEMM_STREAMS = 4
 
+
+#: Passes over the ``rows x h`` output of the experts' fc2 that Megatron-Core's eager bias add
+#: makes, forward and backward, for a model whose linear layers have biases (GPT-OSS).
+#: ``TEGroupedMLP`` builds fc2 with ``skip_bias_add=True`` and adds the bias itself,
+#: ``_apply_bias``: ``torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert),
+#: biases, torch.split(probs, tokens_per_expert))])`` (NVIDIA/Megatron-LM @44151194, the
+#: submodule NVIDIA-NeMo/Megatron-Bridge @21d102f5 pins for its 26.04.01 runs,
+#: ``megatron/core/transformer/moe/experts.py`` lines 295-312; fc1 adds its bias inside
+#: Transformer Engine, ``skip_bias_add=False``). Forward, per local expert: ``b * p`` writes a
+#: chunk (1), ``t + b * p`` reads two and writes one (3), then ``cat`` reads and writes the
+#: whole (2): 6 passes, ``2 E + 1`` kernels. Backward (autograd): the gradients of ``b`` and
+#: ``p`` are each a product with the output gradient (read, write) and its reduction (read),
+#: per expert (6 passes, ``4 E`` kernels), and ``split``'s backward concatenates the chunks'
+#: gradients (2 passes, 1 kernel): 8 passes, ``4 E + 1`` kernels. The probabilities are
+#: 16-bit (the recipe leaves ``moe_router_dtype`` unset).
+EXPERT_BIAS_PASSES = (6, 8)
 
 #: HBM bytes per element of an fp8 cast-transpose (Transformer Engine): read the 16-bit tensor
 #: (2), write its fp8 copy (1) and the fp8 transpose (1), which Hopper's fp8 GEMMs need for the
@@ -557,6 +585,7 @@ def _mlp_forward(ctx: _Ctx, i: int, p: str, gk: str, ek: str) -> list[Op]:
     ops += ctx.expert_cast(q + ".experts.fc2", rows * fe // etp, ek)
     ops.append(ctx.expert_gemm(q + ".experts.fc2", rows_i, h, fe // etp, gk,
                                2.0 * model_rows * fe * h / tp))
+    ops += ctx.expert_bias(q + ".experts.bias", rows, ek, backward=False)
     ops += _local_sort(ctx, q + ".ep.unsort", rows, ek)
     if ctx.sp:
         ops += ctx.comm(q + ".tp.reducescatter", eg, "reducescatter", rows * h * _B)
@@ -604,6 +633,7 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     if ctx.sp:
         ops += ctx.comm(q + ".tp.allgather.grad", eg, "allgather", rows * h * _B)
     ops += _local_sort(ctx, q + ".ep.unsort.bwd", rows, "elementwise")
+    ops += ctx.expert_bias(q + ".experts.bias.bwd", rows, "elementwise", backward=True)
     ops += ctx.expert_cast(q + ".experts.fc2.grad", rows * h, "elementwise")
     ops += _bwd_expert_gemm(ctx, q + ".experts.fc2", rows_i, h, fe // etp,
                             flops=2.0 * model_rows * fe * h / tp)
