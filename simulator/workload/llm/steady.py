@@ -22,8 +22,9 @@ tries 16, 24 and 32 micro-batches (one rank's exposed all-to-all time is still s
 512, 5 minutes instead of 27, and the same tokens/s (414,320) as simulating all 512. With its
 recipe's all-to-all overlap (``ep_overlap``) the same step has no exact period: its increments
 per 8 micro-batches, from 16 to 56, are 0.8458195, 0.8458221, 0.8458292, 0.8458174 and
-0.8458232 s (the eight expert groups' serial all-to-all streams interleave a little differently
-each period), so at the default tolerance it is simulated whole (25 minutes on one core).
+0.8458232 s (presumably the eight expert groups' serial all-to-all streams interleave a little
+differently each period), so at the default tolerance it is simulated whole (25 minutes on one
+core).
 
 **A looser tolerance, asked for.** ``tolerance`` (``clustersim llm --steady-tolerance``,
 ``compare --steady-tolerance``, the ``llm`` section's ``steady_tolerance``) accepts a window
