@@ -177,6 +177,11 @@ class _Ctx:
         whose entries time single kernels."""
         return kernel_time(self.device, elementwise("launch", 0))
 
+    def launched(self, op: Op, launches: int) -> Op:
+        """``op`` with ``launches`` more kernel launches (:meth:`launch_s` each): one op that
+        stands for several kernels of the same bytes."""
+        return dataclasses.replace(op, compute_s=op.compute_s + launches * self.launch_s())
+
     def expert_gemm(self, name: str, m: int, n: int, k: int, kind: str = "gemm",
                     flops: float | None = None, split: str = "m") -> Op:
         """The GEMM ``(m, n, k)`` of this rank's experts as Transformer Engine's
@@ -201,9 +206,9 @@ class _Ctx:
                 # its own expert's rows; as tiles and work, one GEMM ``together`` times taller
                 op = self.gemm(name, m * together, n, max(1, round(k / experts)), kind)
             seconds += op.compute_s
-        seconds += (experts - rounds) * self.launch_s()
         whole = 2.0 * m * n * k
-        return Op(name, kind, seconds, None, whole if flops is None else flops)
+        return self.launched(Op(name, kind, seconds, None, whole if flops is None else flops),
+                             experts - rounds)
 
     def expert_bias(self, name: str, rows: float, kind: str, backward: bool) -> list[Op]:
         """The experts' fc2 bias as Megatron-Core adds it, for a model with biases
@@ -214,16 +219,14 @@ class _Ctx:
         experts = self.local_experts
         passes = EXPERT_BIAS_PASSES[1 if backward else 0]
         kernels = 4 * experts + 1 if backward else 2 * experts + 1
-        op = self.ew(name, passes * rows * self.h * _B, kind)
-        return [dataclasses.replace(op, compute_s=op.compute_s + (kernels - 1) * self.launch_s())]
+        return [self.launched(self.ew(name, passes * rows * self.h * _B, kind), kernels - 1)]
 
     def expert_cast(self, name: str, elements: float, kind: str) -> list[Op]:
         """The fp8 quantization of the experts' operand: one kernel per local expert
         (Transformer Engine's ``nvte_multi_tensor_quantize``, one quantize per tensor on its
         streams), the same bytes as one cast of the whole."""
-        ops = _fp8_cast(self, name, elements, kind)
-        extra = (self.local_experts - 1) * self.launch_s()
-        return [dataclasses.replace(op, compute_s=op.compute_s + extra) for op in ops]
+        return [self.launched(op, self.local_experts - 1)
+                for op in _fp8_cast(self, name, elements, kind)]
 
     def comm(self, name: str, group: str, collective: str, size: float,
              overlapped: bool = False) -> list[Op]:
