@@ -797,6 +797,10 @@ class LlmJobSection(Section):
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1
+    pp_layout: str | None = Field(
+        None, description="decoder layers of each pipeline chunk as Megatron-Core's "
+                          "pipeline_model_parallel_layout, e.g. 'Et*4|(t*4|)*14tmL'; default: "
+                          "even chunks")
     micro_batch: Count = 1
     global_batch: Count
     pipeline: one_of(_choices("PIPELINE_KINDS")) | None = Field(
@@ -804,6 +808,9 @@ class LlmJobSection(Section):
     sequence_parallel: bool = False
     zero_stage: Annotated[int, Field(ge=0, le=3)] = 0
     recompute: one_of(_choices("RECOMPUTE")) = "none"
+    recompute_modules: list[one_of(_choices("RECOMPUTE_MODULES"))] | None = Field(
+        None, description="what recompute selective recomputes (Megatron-Core's "
+                          "recompute_modules); default core_attn")
     precision: one_of(_choices("PRECISIONS")) = "bf16"
     bucket: Annotated[Size, AfterValidator(_positive_size)] | None = None
     distributed_optimizer: bool = False
@@ -827,6 +834,17 @@ class LlmJobSection(Section):
                               f"{others * dp} GPUs, the job has {gpus} ranks")
         pipeline = self.pipeline or ("interleaved" if self.virtual_stages > 1 else "1f1b")
         extra = {"bucket_bytes": int(self.bucket)} if self.bucket is not None else {}
+        if self.recompute_modules:
+            if self.recompute != "selective":
+                raise ConfigError("recompute_modules go with recompute: selective")
+            extra["recompute_modules"] = tuple(self.recompute_modules)
+        if self.pp_layout is not None:
+            from .workload.llm.layout import parse_pipeline_layout
+            from .workload.llm.registry import get_llm_model
+
+            model = get_llm_model(self.model)
+            extra["pipeline_layout"] = parse_pipeline_layout(
+                self.pp_layout, self.pp, self.virtual_stages, model.layers, model.mtp_layers)
         return Layout(tp=self.tp, cp=self.cp, ep=self.ep, pp=self.pp, dp=dp,
                       virtual_stages=self.virtual_stages, micro_batch=self.micro_batch,
                       global_batch=self.global_batch, pipeline=pipeline,

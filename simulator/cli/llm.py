@@ -52,6 +52,11 @@ def add_llm_parser(subparsers) -> None:
                         "overlap_moe_expert_parallel_comm, Megatron-Bridge's moe_a2a_overlap)")
     p.add_argument("--virtual-stages", default=None, metavar="N",
                    help="model chunks per pipeline stage (interleaved schedule)")
+    p.add_argument("--pp-layout", default=None, metavar="LAYOUT",
+                   help="decoder layers of each pipeline chunk as Megatron-Core's "
+                        "pipeline_model_parallel_layout, e.g. 'Et*4|(t*4|)*14tmL' (E embedding, "
+                        "t layer, m multi-token prediction, L loss, | between chunks; chunk k "
+                        "on stage k %% pp); default: even chunks")
     p.add_argument("--micro-batch", default=None, metavar="N",
                    help="micro-batch size (default 1; with --search a list, default 1,2,4)")
     p.add_argument("--global-batch", type=int, required=True)
@@ -64,6 +69,10 @@ def add_llm_parser(subparsers) -> None:
     p.add_argument("--recompute", default=None,
                    help="none, selective or full (default none; with --search a comma list, "
                         "default all three)")
+    p.add_argument("--recompute-modules", default=None, metavar="LIST",
+                   help="what --recompute selective recomputes (Megatron-Core's "
+                        "recompute_modules), a comma list of core_attn, mla_up_proj, mlp, "
+                        "moe_act, layernorm, shared_experts, moe (default core_attn)")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp8"))
     p.add_argument("--fp8-recipe", default=None, choices=FP8_RECIPES,
                    help="how fp8 operands are scaled (Megatron-Core's fp8_recipe): delayed "
@@ -159,6 +168,19 @@ def layout_from_args(args):
     if args.global_batch % (v["dp"] * v["micro_batch"]):
         raise ConfigError(f"--global-batch {args.global_batch} is not a multiple of dp "
                           f"{v['dp']} x micro-batch {v['micro_batch']}")
+    if getattr(args, "recompute_modules", None) is not None:
+        from ..workload.llm.layout import parse_recompute_modules
+
+        if recompute != "selective":
+            raise ConfigError("--recompute-modules goes with --recompute selective")
+        extra["recompute_modules"] = parse_recompute_modules(args.recompute_modules)
+    if getattr(args, "pp_layout", None) is not None:
+        from ..workload.llm.layout import parse_pipeline_layout
+        from ..workload.llm.registry import get_llm_model
+
+        model = get_llm_model(args.model)
+        extra["pipeline_layout"] = parse_pipeline_layout(
+            args.pp_layout, v["pp"], v["virtual_stages"], model.layers, model.mtp_layers)
     return Layout(**v, global_batch=args.global_batch, pipeline=pipeline,
                   sequence_parallel=args.sequence_parallel, zero_stage=args.zero_stage,
                   fsdp=args.fsdp, distributed_optimizer=args.distributed_optimizer,
@@ -180,6 +202,20 @@ def format_row(row: dict) -> str:
     return "\n".join(lines)
 
 
+#: Flags of one simulated layout that ``--search`` refuses, with why.
+_ONE_LAYOUT_ONLY = (
+    ("every_micro_batch", "is for one step; the search extends each layout's steady state"),
+    ("steady_tolerance", "is for one step; the search extends each layout's steady state "
+                         "exactly"),
+    ("recompute_modules", "is for one layout; the search tries none, selective (the attention "
+                          "core) and full"),
+    ("pp_layout", "is for one layout; the search splits the layers evenly"),
+    ("dispatcher", "is not searched: the search keeps Megatron's default (alltoall)"),
+    ("fp8_recipe", "is not searched: the search keeps Megatron's default (delayed)"),
+    ("expert_tp", "is not searched: the search keeps Megatron's default (expert_tp = tp)"),
+)
+
+
 def cmd_search(args) -> int:
     from ..workload.llm.search import SearchSpace, format_search, plot_search, search_layouts
     from .args import _params
@@ -188,21 +224,10 @@ def cmd_search(args) -> int:
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name} is not searched over a list: dp is GPUs / (tp x cp x pp)"
                               f" and ep is tried for MoE models; leave --{name} out with --search")
-    if getattr(args, "every_micro_batch", False):
-        raise ConfigError("--every-micro-batch is for one step; the search extends each "
-                          "layout's steady state (leave it out with --search)")
-    if getattr(args, "steady_tolerance", None) is not None:
-        raise ConfigError("--steady-tolerance is for one step; the search extends each "
-                          "layout's steady state exactly (leave it out with --search)")
-    if getattr(args, "dispatcher", None) is not None:
-        raise ConfigError("--dispatcher is not searched: the search keeps Megatron's default "
-                          "(alltoall); leave --dispatcher out with --search")
-    if getattr(args, "fp8_recipe", None) is not None:
-        raise ConfigError("--fp8-recipe is not searched: the search keeps Megatron's default "
-                          "(delayed); leave --fp8-recipe out with --search")
-    if getattr(args, "expert_tp", None) is not None:
-        raise ConfigError("--expert-tp is not searched: the search keeps Megatron's default "
-                          "(expert_tp = tp); leave --expert-tp out with --search")
+    for attr, why in _ONE_LAYOUT_ONLY:
+        value = getattr(args, attr, None)
+        if value is not None and value is not False:
+            raise ConfigError(f"--{attr.replace('_', '-')} {why} (leave it out with --search)")
     recompute = tuple(r.strip() for r in args.recompute.split(",")) if args.recompute else None
     space_args = {"optimizers": tuple(o.strip() for o in args.optimizers.split(",")),
                   "precision": args.precision}

@@ -16,7 +16,10 @@ comparison says what it guessed:
   Megatron-Core's default; ``moe_a2a_overlap`` (``true``/``false``: Megatron-Core's 1F1B
   all-to-all overlap, the layout's ``ep_overlap``): false; ``fp8_recipe`` of an fp8 row
   (``delayed``, ``tensorwise``, ``blockwise``, ``mxfp8``): ``delayed``, Megatron-Core's default;
-  ``expert_tp``: ``tp`` (Megatron's default); an MoE row with ``tp > 1`` runs with sequence
+  ``expert_tp``: ``tp`` (Megatron's default); ``pp_layout`` (Megatron-Core's
+  ``pipeline_model_parallel_layout``, e.g. ``Et*4|(t*4|)*14tmL``): even chunks;
+  ``recompute_modules`` of a ``selective`` row (Megatron-Core's names, a comma list):
+  ``core_attn``, Megatron's default; an MoE row with ``tp > 1`` runs with sequence
   parallelism (Megatron-Core refuses MoE with tensor parallelism without it), listed in
   ``assumed``;
   ``zero_stage``: 0; ``micro_batch``: without a pipeline the largest that divides the batch of
@@ -47,7 +50,8 @@ import pandas as pd
 from ..errors import ClusterSimError, ConfigError
 
 __all__ = ["LLM_POINT_COLUMNS", "compare_llm", "error_tables", "format_llm_points",
-           "format_llm_summary", "fp8_recipe", "located_rows", "row_layout", "summarise_llm"]
+           "format_llm_summary", "fp8_recipe", "located_rows", "pipeline_layout_of", "row_layout",
+           "summarise_llm"]
 
 #: Columns of a compared LLM table (``compare.csv``).
 LLM_POINT_COLUMNS = ("source_id", "model", "gpus", "tp", "cp", "ep", "expert_tp",
@@ -207,8 +211,36 @@ def row_layout(row):
                     attention=_attention(row, assumed), main_grads=main_grads,
                     expert_tp=None if expert_tp is None else int(expert_tp),
                     dispatcher=dispatcher, ep_overlap=overlap in TRUE_WORDS,
-                    fp8_recipe=recipe)
+                    fp8_recipe=recipe, recompute_modules=_recompute_modules(row, recompute))
     return layout, assumed
+
+
+def pipeline_layout_of(row, layout, model):
+    """``layout`` with the row's ``pp_layout`` (Megatron-Core's
+    ``pipeline_model_parallel_layout`` string, :func:`~simulator.workload.llm.layout.
+    parse_pipeline_layout`) as its chunks' layers; unchanged when the cell is blank."""
+    from ..workload.llm.layout import parse_pipeline_layout
+
+    text = _cell(row, "pp_layout")
+    if text is None:
+        return layout
+    split = parse_pipeline_layout(str(text), layout.pp, layout.virtual_stages, model.layers,
+                                  model.mtp_layers)
+    return dataclasses.replace(layout, pipeline_layout=split)
+
+
+def _recompute_modules(row, recompute: str) -> tuple:
+    """The row's ``recompute_modules`` (a comma list of Megatron-Core's names), for a
+    ``selective`` row; blank: Megatron's default."""
+    from ..workload.llm.layout import parse_recompute_modules
+
+    text = _cell(row, "recompute_modules")
+    if text is None:
+        return ()
+    if recompute != "selective":
+        raise ConfigError(f"recompute_modules {text!r} go with activation_recompute "
+                          f"'selective', not {recompute!r}")
+    return parse_recompute_modules(str(text))
 
 
 def fp8_recipe(row, precision: str, assumed: list) -> str:
@@ -380,6 +412,7 @@ def compare_llm(measured: pd.DataFrame, topology: str, params: dict | None = Non
                                   f"{layout.dp} = {layout.gpus}, not the row's {base['gpus']} "
                                   f"GPUs")
             model = _model_of(row)
+            layout = pipeline_layout_of(row, layout, model)
             if model.moe is not None and layout.tp > 1:
                 # Megatron-Core refuses MoE with tensor parallelism but no sequence parallelism
                 layout = dataclasses.replace(layout, sequence_parallel=True)

@@ -12,7 +12,9 @@ Columns (the layout of ``train_llm_megatron_a100_v100.csv`` in the project's val
 ``inter_node``, ``pp``, ``dp``, ``cp``, ``ep``, ``expert_tp``, ``virtual_stages``, ``micro_batch``,
 ``global_batch``, ``precision``, ``fp8_recipe`` (``delayed``, ``tensorwise``, ``blockwise`` or
 ``mxfp8``), ``activation_recompute``, ``zero_stage``, ``main_grads``, ``dispatcher``
-(``alltoall``, ``hybridep`` or ``deepep``), ``moe_a2a_overlap`` (``true`` or ``false``), ``framework``,
+(``alltoall``, ``hybridep`` or ``deepep``), ``moe_a2a_overlap`` (``true`` or ``false``), ``pp_layout``
+(Megatron-Core's ``pipeline_model_parallel_layout`` string), ``recompute_modules`` (a comma
+list of Megatron-Core's ``recompute_modules``), ``framework``,
 ``measured_tflops_per_gpu``, ``measured_mfu_pct``, ``measured_step_time_s``,
 ``measured_tokens_per_s``, ``notes`` are optional, and other columns are kept as they are. A row
 needs at least one measured column. Every error names the file, the line and the column.

@@ -285,22 +285,25 @@ def window_keys(s_kv: int, window: int) -> float:
 
 
 def attention(batch: int, heads: int, kv_heads: int, s_q: int, s_kv: int, head_dim: int,
-              backward: bool = False, causal: bool = True, window: int | None = None) -> Kernel:
+              backward: bool = False, causal: bool = True, window: int | None = None,
+              v_head_dim: int | None = None) -> Kernel:
     """Fused attention over ``batch x heads`` of ``s_q`` queries and ``s_kv`` keys. Work FLOPs in
     the FlashAttention convention (module notes): the causal half of ``s_q x s_kv``, or with a
     sliding ``window`` (FlashAttention's ``window_size``, local attention) the keys each query
     sees (:func:`window_keys`), at the same achievable rate; bytes: Q, K, V, O (and their
-    gradients)."""
-    if window is not None:
-        f = 4.0 * batch * s_q * window_keys(s_kv, window) * heads * head_dim
-    else:
-        f = 4.0 * batch * s_q * s_kv * heads * head_dim / (2 if causal else 1)
-    qo = batch * s_q * heads * head_dim * 2
-    kv = batch * s_kv * kv_heads * head_dim * 2
+    gradients). ``head_dim`` is the query and key width of a head, ``v_head_dim`` (default the
+    same) its value and output width: ``Q K^T`` costs ``2·head_dim`` FLOPs per score, ``P V``
+    ``2·v_head_dim`` (multi-latent attention: 192 and 128)."""
+    dv = head_dim if v_head_dim is None else v_head_dim
+    keys = window_keys(s_kv, window) if window is not None else s_kv / (2 if causal else 1)
+    f = 2.0 * batch * s_q * keys * heads * (head_dim + dv)
+    qo = batch * s_q * heads * (head_dim + dv)
+    kv = batch * s_kv * kv_heads * (head_dim + dv)
     nbytes = (2 * qo + 2 * kv) * (2.5 if backward else 1.0)
     op = "attention_bwd" if backward else "attention_fwd"
     shape = (f"b={batch},heads={heads},kv_heads={kv_heads},sq={s_q},skv={s_kv},d={head_dim},"
-             f"causal={int(causal)}" + (f",window={window}" if window is not None else ""))
+             + (f"dv={dv}," if dv != head_dim else "")
+             + f"causal={int(causal)}" + (f",window={window}" if window is not None else ""))
     return Kernel(op, shape, 2.5 * f if backward else f, nbytes, op, "bf16")
 
 

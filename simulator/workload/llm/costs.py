@@ -407,10 +407,11 @@ def _attention_core(ctx: _Ctx, p: str, backward: bool, kind: str | None = None,
     kvh = max(1, m.kv_heads // ctx.tp)
     s_q = ctx.s // ctx.cp
     keys = ctx.s if window is None else min(window, ctx.s)
-    model_flops = 4.0 * ctx.b * s_q * keys * heads * m.head_dim
+    dqk, dv = m.qk_head_dim, m.value_head_dim
+    model_flops = 2.0 * ctx.b * s_q * keys * heads * (dqk + dv)
     if ctx.flash:
-        kern = attention(ctx.b, heads, kvh, s_q, ctx.s, m.head_dim, backward=backward,
-                         window=window)
+        kern = attention(ctx.b, heads, kvh, s_q, ctx.s, dqk, backward=backward,
+                         window=window, v_head_dim=None if dv == dqk else dv)
         f = model_flops * (2 if backward else 1)
         return [Op(p + (".attn.core.bwd" if backward else ".attn.core"), kind or "attention",
                    ctx.time(kern), None, f)]
@@ -419,12 +420,12 @@ def _attention_core(ctx: _Ctx, p: str, backward: bool, kind: str | None = None,
     elems = rows * ctx.s
     k_op = kind or "attention"
     if not backward:
-        return [ctx.gemm(p + ".attn.scores", rows, ctx.s, m.head_dim, k_op),
+        return [ctx.gemm(p + ".attn.scores", rows, ctx.s, dqk, k_op),
                 ctx.ew(p + ".attn.softmax", elems * UNFUSED_SCORE_BYTES, k_op),
-                ctx.gemm(p + ".attn.attn_v", rows, m.head_dim, ctx.s, k_op)]
-    return [*_bwd_gemm(ctx, p + ".attn.attn_v", rows, m.head_dim, ctx.s, k_op),
+                ctx.gemm(p + ".attn.attn_v", rows, dv, ctx.s, k_op)]
+    return [*_bwd_gemm(ctx, p + ".attn.attn_v", rows, dv, ctx.s, k_op),
             ctx.ew(p + ".attn.softmax.bwd", elems * UNFUSED_SCORE_BYTES_BWD, k_op),
-            *_bwd_gemm(ctx, p + ".attn.scores", rows, ctx.s, m.head_dim, k_op)]
+            *_bwd_gemm(ctx, p + ".attn.scores", rows, ctx.s, dqk, k_op)]
 
 
 def _tp_out(ctx: _Ctx, name: str) -> list[Op]:
@@ -442,21 +443,137 @@ def _tp_in(ctx: _Ctx, name: str) -> list[Op]:
     return []
 
 
+def _cp_kv_bytes(ctx: _Ctx) -> int:
+    """Bytes of the keys and values of the whole sequence that one rank's heads attend to: what
+    the context-parallel all-gather brings (at least one head of each)."""
+    m, tp = ctx.model, ctx.tp
+    return ctx.b * ctx.s * (max(m.kv_dim // tp, m.qk_head_dim)
+                            + max(m.v_dim // tp, m.value_head_dim)) * _B
+
+
+def _mla_parts(ctx: _Ctx) -> tuple[list, list]:
+    """Multi-latent attention's projections as Megatron-Core builds them (NVIDIA/Megatron-LM
+    @44151194 ``megatron/core/transformer/multi_latent_attention.py`` lines 504-613, the
+    Transformer Engine layer spec of ``models/gpt/gpt_layer_specs.py`` lines 244-316):
+    ``(downs, ups)``. A down projection (``linear_q_down_proj`` ``h -> q_lora``,
+    ``linear_kv_down_proj`` ``h -> kv_lora + rope``) is a ``TELinear`` with
+    ``parallel_mode='duplicated'``: every tensor-parallel rank holds it whole and runs it on its
+    own tokens (its sequence shard under sequence parallelism). An up projection
+    (``linear_q_up_proj`` ``q_lora -> heads·(head_dim + rope)``, ``linear_kv_up_proj``
+    ``kv_lora -> heads·(head_dim + v_head_dim)``) is a ``TELayerNormColumnParallelLinear``: the
+    latent's RMSNorm fused in front, the heads split over the group, its input all-gathered
+    along the sequence under sequence parallelism. Without ``q_lora_rank`` the queries come
+    from one column-parallel ``linear_q_proj`` (``h -> heads·(head_dim + rope)``), in ``ups``
+    with latent 0 (its input is the layer norm's output)."""
+    m = ctx.model
+    ql, kvl = m.q_lora_rank, m.kv_lora_rank
+    downs = ([("q_down", ql)] if ql else []) + [("kv_down", kvl + m.rope_head_dim)]
+    ups = [("q_up", ql, m.q_dim) if ql else ("q", 0, m.q_dim),
+           ("kv_up", kvl, m.heads * (m.head_dim + m.value_head_dim))]
+    return downs, ups
+
+
+def _mla_rope_bytes(ctx: _Ctx) -> float:
+    """The rotary embedding of MLA's position parts and the assembly of the attention's inputs
+    (``multi_latent_attention.py`` lines 837-959; one fused kernel for queries and one for keys
+    and values with the recipes' ``apply_rope_fusion``): read the up projections' outputs and
+    the shared position key, write the queries, keys and values the core reads."""
+    m, T, tp = ctx.model, ctx.T, ctx.tp
+    read = (m.q_dim + m.heads * (m.head_dim + m.value_head_dim)) // tp + m.rope_head_dim
+    write = (m.q_dim + m.kv_dim + m.v_dim) // tp
+    return T * (read + write) * _B
+
+
+def _mla_forward(ctx: _Ctx, p: str, gk: str, ek: str) -> list[Op]:
+    """Queries, keys and values of multi-latent attention (:func:`_mla_parts`), forward: the
+    down projections on the rank's tokens (each ``TELinear`` quantizes its input under fp8);
+    under sequence parallelism the shared position key all-gathered (``k_pos_emb``, line 745)
+    and each latent all-gathered by its up projection; each latent's RMSNorm, the up
+    projections, and the rotary assembly (:func:`_mla_rope_bytes`)."""
+    h, Tsp = ctx.h, ctx.Tsp
+    downs, _ = _mla_parts(ctx)
+    ops: list[Op] = []
+    for name, width in downs:
+        ops += _fp8_cast(ctx, f"{p}.attn.{name}", Tsp * h, ek)
+        ops.append(ctx.gemm(f"{p}.attn.{name}", Tsp, width, h, gk))
+    return ops + _mla_up(ctx, p, gk, ek)
+
+
+def _mla_up(ctx: _Ctx, p: str, gk: str, ek: str) -> list[Op]:
+    """The part of :func:`_mla_forward` after the down projections: what the ``mla_up_proj``
+    recompute module runs again in backward (``multi_latent_attention.py`` lines 961-966,
+    ``qkv_up_proj_and_rope_apply``)."""
+    m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
+    _, ups = _mla_parts(ctx)
+    ops: list[Op] = []
+    if ctx.sp:
+        ops += ctx.comm(p + ".attn.kpe.tp.allgather", "tp", "allgather",
+                        T * m.rope_head_dim * _B)
+    for name, latent, width in ups:
+        if latent:
+            ops.append(ctx.ew(f"{p}.attn.{name}.norm", Tsp * latent * _B * 2, ek))
+            ops += _fp8_after(ctx, f"{p}.attn.{name}.norm", Tsp * latent, ek, "norm")
+            if ctx.sp:
+                ops += ctx.comm(f"{p}.attn.{name}.tp.allgather", "tp", "allgather",
+                                T * latent * _B)
+        else:
+            ops += _fp8_cast(ctx, f"{p}.attn.{name}", Tsp * h, ek)
+            ops += _tp_in(ctx, p + ".attn")
+        ops.append(ctx.gemm(f"{p}.attn.{name}", T, width // tp, latent or h, gk))
+    ops.append(ctx.ew(p + ".attn.rope", _mla_rope_bytes(ctx), ek))
+    return ops
+
+
+def _mla_backward(ctx: _Ctx, p: str) -> list[Op]:
+    """The backward of :func:`_mla_forward`, in reverse: the rotary assembly; per up
+    projection the cast of its output gradient, its input-gradient GEMM, the reduction of that
+    gradient over the tensor-parallel group (reduce-scatter with sequence parallelism,
+    all-reduce without; overlapped with the weight-gradient GEMM, whose sharded input is
+    all-gathered again under sequence parallelism) and the latent norm's backward; the position
+    key's gradient reduce-scattered; then the down projections' GEMMs on the rank's tokens.
+    The duplicated down projections' weight gradients are summed over the group once per step
+    (``finalize_model_grads``), not counted here."""
+    m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
+    downs, ups = _mla_parts(ctx)
+    kind = "reducescatter" if ctx.sp else "allreduce"
+    ops: list[Op] = [ctx.ew(p + ".attn.rope.bwd", _mla_rope_bytes(ctx))]
+    for name, latent, width in reversed(ups):
+        k = latent or h
+        ops += _fp8_cast(ctx, f"{p}.attn.{name}.grad", T * width // tp, "elementwise")
+        if ctx.sp:
+            ops += ctx.comm(f"{p}.attn.{name}.tp.allgather.input", "tp", "allgather",
+                            T * k * _B, overlapped=True)
+        dgrad, wgrad = _bwd_gemm(ctx, f"{p}.attn.{name}", T, width // tp, k)
+        ops += [dgrad, *ctx.comm(f"{p}.attn.{name}.tp.{kind}.grad", "tp", kind, T * k * _B,
+                                 overlapped=True), wgrad]
+        if latent:
+            ops.append(ctx.ew(f"{p}.attn.{name}.norm.bwd", 2 * Tsp * latent * _B * 2))
+    if ctx.sp:
+        ops += ctx.comm(p + ".attn.kpe.tp.reducescatter", "tp", "reducescatter",
+                        T * m.rope_head_dim * _B)
+    for name, width in reversed(downs):
+        ops += _fp8_cast(ctx, f"{p}.attn.{name}.grad", Tsp * width, "elementwise")
+        ops += _bwd_gemm(ctx, f"{p}.attn.{name}", Tsp, width, h)
+    return ops
+
+
 def _layer_forward(ctx: _Ctx, i: int, recompute: bool = False) -> list[Op]:
     m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
     p = f"l{i}" + (".recompute" if recompute else "")
     gk = "recompute" if recompute else "gemm"
     ek = "recompute" if recompute else "elementwise"
     ops: list[Op] = [ctx.ew(p + ".attn.norm", Tsp * h * _B * 2, ek)]
-    ops += _fp8_after(ctx, p + ".attn.norm", Tsp * h, ek, "norm")
-    ops += _tp_in(ctx, p + ".attn")
-    ops.append(ctx.gemm(p + ".attn.qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h, gk))
-    ops += ctx.comm(p + ".attn.cp.allgather", "cp", "allgather",
-                    ctx.b * ctx.s * 2 * max(m.kv_dim // tp, m.head_dim) * _B)
+    if m.mla:
+        ops += _mla_forward(ctx, p, gk, ek)
+    else:
+        ops += _fp8_after(ctx, p + ".attn.norm", Tsp * h, ek, "norm")
+        ops += _tp_in(ctx, p + ".attn")
+        ops.append(ctx.gemm(p + ".attn.qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h, gk))
+    ops += ctx.comm(p + ".attn.cp.allgather", "cp", "allgather", _cp_kv_bytes(ctx))
     ops += _attention_core(ctx, p, False, "recompute" if recompute else None,
                            m.attention_window(i))
-    ops += _fp8_cast(ctx, p + ".attn.proj", T * m.q_dim // tp, ek)
-    ops.append(ctx.gemm(p + ".attn.proj", T, h, m.q_dim // tp, gk))
+    ops += _fp8_cast(ctx, p + ".attn.proj", T * m.o_dim // tp, ek)
+    ops.append(ctx.gemm(p + ".attn.proj", T, h, m.o_dim // tp, gk))
     ops += _tp_out(ctx, p + ".attn")
     ops.append(ctx.ew(p + ".attn.residual", Tsp * h * (3 * _B + 1), ek))
     ops.append(ctx.ew(p + ".mlp.norm", Tsp * h * _B * 2, ek))
@@ -653,6 +770,42 @@ def _mlp_backward(ctx: _Ctx, i: int, p: str) -> list[Op]:
     return ops
 
 
+def _module_recompute(ctx: _Ctx, i: int, p: str) -> list[Op]:
+    """The forward ops that layer ``i``'s selective ``recompute_modules`` (:data:`.layout.
+    RECOMPUTE_MODULES`) run again before its MLP's backward (kind ``"recompute"``; the
+    attention's modules are placed in :func:`_layer_backward`): the dense MLP (``mlp``), the
+    whole MoE layer (``moe``) or its shared experts (``shared_experts``) and routed experts'
+    activation (``moe_act``), and the standalone norms (``layernorm``: MLA's input norm, an MoE
+    layer's pre-MLP norm; Megatron-Core fuses the others into their GEMMs,
+    ``transformer_layer.py`` lines 439-500)."""
+    mods = ctx.layout.selective_modules
+    m, Tsp, h = ctx.model, ctx.Tsp, ctx.h
+    rk = "recompute"
+    q = p + ".recompute"
+    ops: list[Op] = []
+    if "layernorm" in mods:
+        if m.mla:
+            ops.append(ctx.ew(q + ".attn.norm", Tsp * h * _B * 2, rk))
+        if m.is_moe_layer(i):
+            ops.append(ctx.ew(q + ".mlp.norm", Tsp * h * _B * 2, rk))
+    if not m.is_moe_layer(i):
+        if "mlp" in mods:
+            ops += _dense_mlp_forward(ctx, q + ".mlp", m.ffn_hidden, rk, rk)
+        return ops
+    if "moe" in mods:
+        return ops + _mlp_forward(ctx, i, q, rk, rk)
+    moe, _, _, rows = _moe_dims(ctx)
+    if "moe_act" in mods:
+        fe = moe.expert_ffn_hidden
+        ops.append(ctx.ew(q + ".moe.experts.act", rows * (m.fc1_width(fe) + fe) // ctx.etp * _B,
+                          rk))
+    if "shared_experts" in mods and moe.shared_experts:
+        ops += _fp8_cast(ctx, q + ".moe.shared.fc1", Tsp * h, rk)
+        ops += _dense_mlp_forward(ctx, q + ".moe.shared", moe.shared_hidden * moe.shared_experts,
+                                  rk, rk)
+    return ops
+
+
 def _layer_backward(ctx: _Ctx, i: int) -> list[Op]:
     m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
     p = f"l{i}"
@@ -660,25 +813,31 @@ def _layer_backward(ctx: _Ctx, i: int) -> list[Op]:
     if ctx.layout.recompute == "full":
         ops += _layer_forward(ctx, i, recompute=True)
     ops.append(ctx.ew(p + ".mlp.residual.bwd", 2 * Tsp * h * (3 * _B + 1)))
+    ops += _module_recompute(ctx, i, p)
     ops += _mlp_backward(ctx, i, p)
     ops.append(ctx.ew(p + ".mlp.norm.bwd", 2 * Tsp * h * _B * 2))
     ops.append(ctx.ew(p + ".attn.residual.bwd", 2 * Tsp * h * (3 * _B + 1)))
     if ctx.sp:
         ops += ctx.comm(p + ".attn.tp.allgather.grad", "tp", "allgather", T * h * _B)
     ops += _fp8_cast(ctx, p + ".attn.proj.grad", T * h, "elementwise")
-    ops += _bwd_gemm(ctx, p + ".attn.proj", T, h, m.q_dim // tp)
-    if ctx.layout.recompute == "selective":
+    ops += _bwd_gemm(ctx, p + ".attn.proj", T, h, m.o_dim // tp)
+    mods = ctx.layout.selective_modules
+    if "mla_up_proj" in mods:
+        ops += _mla_up(ctx, p + ".recompute", "recompute", "recompute")
+    if "core_attn" in mods:
         ops += _attention_core(ctx, p + ".recompute", False, "recompute",
                                m.attention_window(i))
     ops += _attention_core(ctx, p, True, window=m.attention_window(i))
-    ops += ctx.comm(p + ".attn.cp.reducescatter", "cp", "reducescatter",
-                    ctx.b * ctx.s * 2 * max(m.kv_dim // tp, m.head_dim) * _B)
-    if ctx.sp:
-        ops += ctx.comm(p + ".attn.tp.allgather.input", "tp", "allgather", T * h * _B,
-                        overlapped=True)
-    ops += _fp8_cast(ctx, p + ".attn.qkv.grad", T * (m.q_dim + 2 * m.kv_dim) // tp,
-                     "elementwise")
-    ops += _input_grad(ctx, p + ".attn", ".qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h)
+    ops += ctx.comm(p + ".attn.cp.reducescatter", "cp", "reducescatter", _cp_kv_bytes(ctx))
+    if m.mla:
+        ops += _mla_backward(ctx, p)
+    else:
+        if ctx.sp:
+            ops += ctx.comm(p + ".attn.tp.allgather.input", "tp", "allgather", T * h * _B,
+                            overlapped=True)
+        ops += _fp8_cast(ctx, p + ".attn.qkv.grad", T * (m.q_dim + 2 * m.kv_dim) // tp,
+                         "elementwise")
+        ops += _input_grad(ctx, p + ".attn", ".qkv", T, (m.q_dim + 2 * m.kv_dim) // tp, h)
     ops.append(ctx.ew(p + ".attn.norm.bwd", 2 * Tsp * h * _B * 2))
     return ops
 
@@ -755,6 +914,63 @@ def _head_backward(ctx: _Ctx) -> list[Op]:
     return ops
 
 
+def _renamed(ops: list[Op], old: str, new: str) -> list[Op]:
+    """``ops`` with the ``old`` at the start of each name replaced by ``new``."""
+    return [dataclasses.replace(op, name=new + op.name[len(old):]) if op.name.startswith(old)
+            else dataclasses.replace(op, name=new + "." + op.name) for op in ops]
+
+
+def _mtp_forward(ctx: _Ctx, k: int) -> list[Op]:
+    """Multi-token prediction module ``k`` forward, as Megatron-Core runs it
+    (``transformer/multi_token_prediction.py`` @44151194, lines 906-1046, and
+    ``process_mtp_loss``, lines 621-719): the shifted tokens looked up in the embedding again
+    (vocabulary-parallel, reduced over the tensor-parallel group), ``enorm`` and ``hnorm``,
+    their concatenation, ``eh_proj`` (column parallel ``2h -> h/tp``, its output all-gathered
+    along the hidden dimension), a transformer layer of the last layer's kind, and the final
+    norm, output layer and cross-entropy of :func:`_head_forward`."""
+    h, T, Tsp = ctx.h, ctx.T, ctx.Tsp
+    p = f"mtp{k}"
+    last = ctx.model.layers - 1
+    ops = [ctx.ew(p + ".embed.lookup", T * h * _B * 2 + T * 8, "embedding")]
+    ops += _tp_out(ctx, p + ".embed")
+    ops += [ctx.ew(p + ".enorm", Tsp * h * _B * 2), ctx.ew(p + ".hnorm", Tsp * h * _B * 2),
+            ctx.ew(p + ".concat", Tsp * 2 * h * _B * 2)]
+    ops += _fp8_cast(ctx, p + ".eh_proj", Tsp * 2 * h, "elementwise")
+    if ctx.sp:
+        ops += ctx.comm(p + ".eh_proj.tp.allgather.in", "tp", "allgather", T * 2 * h * _B)
+    ops.append(ctx.gemm(p + ".eh_proj", T, h // ctx.tp, 2 * h))
+    ops += ctx.comm(p + ".eh_proj.tp.allgather", "tp", "allgather", T * h * _B)
+    ops += _renamed(_layer_ops(ctx, "F", last), f"l{last}", p + ".layer")
+    ops += _renamed(_head_forward(ctx), "head", p + ".head")
+    return ops
+
+
+def _mtp_backward(ctx: _Ctx, k: int) -> list[Op]:
+    """The backward of :func:`_mtp_forward`, in reverse: the head, the layer, ``eh_proj``'s
+    GEMMs (the input gradient reduced over the group, overlapped with the weight gradient),
+    the norms and the concatenation, and the embedding gradient's scatter-add."""
+    h, T, Tsp, tp = ctx.h, ctx.T, ctx.Tsp, ctx.tp
+    p = f"mtp{k}"
+    last = ctx.model.layers - 1
+    ops = _renamed(_head_backward(ctx), "head", p + ".head")
+    ops += _renamed(_layer_ops(ctx, "B", last), f"l{last}", p + ".layer")
+    ops += _fp8_cast(ctx, p + ".eh_proj.grad", T * h // tp, "elementwise")
+    if ctx.sp:
+        ops += ctx.comm(p + ".eh_proj.tp.allgather.input", "tp", "allgather", T * 2 * h * _B,
+                        overlapped=True)
+    dgrad, wgrad = _bwd_gemm(ctx, p + ".eh_proj", T, h // tp, 2 * h)
+    kind = "reducescatter" if ctx.sp else "allreduce"
+    ops += [dgrad, *ctx.comm(f"{p}.eh_proj.tp.{kind}.grad", "tp", kind, T * 2 * h * _B,
+                             overlapped=True), wgrad]
+    ops += [ctx.ew(p + ".concat.bwd", 2 * Tsp * 2 * h * _B * 2),
+            ctx.ew(p + ".hnorm.bwd", 2 * Tsp * h * _B * 2),
+            ctx.ew(p + ".enorm.bwd", 2 * Tsp * h * _B * 2)]
+    if ctx.sp:
+        ops += ctx.comm(p + ".embed.tp.allgather.grad", "tp", "allgather", T * h * _B)
+    ops.append(ctx.ew(p + ".embed.grad", T * h * (_B + 8), "embedding"))
+    return ops
+
+
 # ------------------------------------------------------------------------------------------
 # The step
 # ------------------------------------------------------------------------------------------
@@ -791,8 +1007,12 @@ def _chunk(ctx: _Ctx, stage: int, virtual: int) -> ChunkWork:
         fwd += _layer_ops(ctx, "F", i)
     bwd: list[Op] = []
     if last:
+        for k in range(ctx.model.mtp_layers):
+            fwd += _mtp_forward(ctx, k)
         fwd += _head_forward(ctx)
         bwd += _head_backward(ctx)
+        for k in reversed(range(ctx.model.mtp_layers)):
+            bwd += _mtp_backward(ctx, k)
     for i in reversed(layers):
         bwd += _layer_ops(ctx, "B", i)
     if first:
@@ -819,6 +1039,18 @@ def _optimizer_s(ctx: _Ctx) -> float:
         params = dense / shard + expert / (max(1, lay.edp) if sharded else 1)
         worst = max(worst, ctx.time(adam(params, ctx.precision)))
     return worst
+
+
+def _hardware_flops(model: TransformerConfig, layout: Layout, chunks: dict) -> float:
+    """FLOPs executed per step, recomputation included: the closed form
+    (:func:`.model.model_flops_per_step`) for full recomputation and for the selective default
+    (the attention core); with other ``recompute_modules``, model FLOPs plus the FLOPs of the
+    recomputed ops every rank runs per micro-batch."""
+    if layout.recompute != "selective" or layout.selective_modules == ("core_attn",):
+        return model_flops_per_step(model, layout.global_batch, layout.recompute)
+    again = sum(o.flops for c in chunks.values() for o in c.backward if o.kind == "recompute")
+    ranks = layout.tp * layout.cp * layout.dp * layout.micro_batches
+    return model_flops_per_step(model, layout.global_batch, "none") + again * ranks
 
 
 def step_work(model: TransformerConfig, layout: Layout, device, *,
@@ -860,6 +1092,5 @@ def step_work(model: TransformerConfig, layout: Layout, device, *,
         chunks=chunks, pp=layout.pp, virtual_stages=layout.virtual_stages,
         micro_batches=layout.micro_batches, optimizer_s=_optimizer_s(ctx),
         model_flops_per_step=model_flops_per_step(model, layout.global_batch, "none"),
-        hardware_flops_per_step=model_flops_per_step(model, layout.global_batch,
-                                                     layout.recompute),
+        hardware_flops_per_step=_hardware_flops(model, layout, chunks),
         tokens_per_step=layout.global_batch * model.seq_len, notes=tuple(notes))

@@ -35,12 +35,14 @@ costs :mod:`.costs` charges.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from simulator.errors import ConfigError
 
 __all__ = ["Layout", "PIPELINE_KINDS", "RECOMPUTE", "PRECISIONS", "ATTENTION_KINDS",
-           "MAIN_GRADS", "DISPATCHERS", "FP8_RECIPES", "check_layout", "main_grad_bytes"]
+           "MAIN_GRADS", "DISPATCHERS", "FP8_RECIPES", "RECOMPUTE_MODULES", "check_layout",
+           "main_grad_bytes", "parse_pipeline_layout", "parse_recompute_modules"]
 
 PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -60,6 +62,15 @@ DISPATCHERS = ("alltoall", "hybridep", "deepep")
 #: scaling recipe", "'delayed' uses delayed scaling recipe" (the default), "'mxfp8' for Blackwell
 #: architecture only", "'blockwise' for blockwise scaling recipe"); see :mod:`.costs`.
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8")
+#: What selective recomputation recomputes (Megatron-Core ``recompute_modules``, NVIDIA/
+#: Megatron-LM @44151194 ``megatron/core/transformer/transformer_config.py`` lines 500-513;
+#: default ``core_attn``): the attention core; MLA's up projections with their norms and the
+#: rotary assembly (``mla_up_proj``); the MLP of dense layers (``mlp``); the routed experts'
+#: activation (``moe_act``); the standalone norms (``layernorm``: MLA's input norm and an MoE
+#: layer's pre-MLP norm; the others are fused into their GEMMs); the shared experts
+#: (``shared_experts``); the whole MoE layer, all-to-alls included (``moe``).
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe_act", "layernorm",
+                     "shared_experts", "moe")
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,12 @@ class Layout:
     dispatcher: str = "alltoall"      # MoE token dispatcher, see DISPATCHERS
     ep_overlap: bool = False          # expert all-to-alls hidden behind other compute (below)
     fp8_recipe: str = "delayed"       # how fp8 operands are scaled, see FP8_RECIPES
+    # decoder layers of each model chunk in model order (chunk k on stage k % pp, virtual stage
+    # k // pp), from Megatron-Core's pipeline_model_parallel_layout (parse_pipeline_layout);
+    # None: even chunks (.memory.chunk_sizes)
+    pipeline_layout: tuple | None = None
+    # what recompute "selective" recomputes (RECOMPUTE_MODULES); () is Megatron's default
+    recompute_modules: tuple = ()
 
     @property
     def gpus(self) -> int:
@@ -105,9 +122,89 @@ class Layout:
         return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     @property
+    def selective_modules(self) -> tuple:
+        """The modules recomputed in backward: none unless ``recompute`` is ``selective``,
+        then ``recompute_modules`` or Megatron-Core's default, the attention core."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per step: global / (dp x micro)."""
         return self.global_batch // (self.dp * self.micro_batch)
+
+
+#: Symbols of Megatron-Core's ``pipeline_model_parallel_layout`` (NVIDIA/Megatron-LM
+#: @44151194 ``megatron/core/transformer/pipeline_parallel_layer_layout.py``, lines 283-321):
+#: the embedding, a decoder layer, a multi-token prediction module, the loss.
+LAYOUT_SYMBOLS = {"E": "embedding", "t": "decoder layer", "m": "multi-token prediction",
+                  "L": "loss"}
+
+
+def parse_pipeline_layout(text: str, pp: int, virtual_stages: int, layers: int,
+                          mtp_layers: int = 0) -> tuple:
+    """Megatron-Core's ``pipeline_model_parallel_layout`` string as the decoder layers of each
+    model chunk, in model order.
+
+    The grammar is Megatron-Core's (``PipelineParallelLayerLayout.parse_str_to_list``): commas
+    and spaces are ignored, ``(X)*N`` repeats a group and ``c*N`` a symbol, ``|`` ends a chunk;
+    symbols ``E`` (embedding), ``t`` (decoder layer), ``m`` (multi-token prediction), ``L``
+    (loss). Chunk ``k`` runs on pipeline stage ``k % pp`` as virtual stage ``k // pp`` (lines
+    40-54). Its checks (lines 85-150): ``E`` first and ``L`` last, once each; as many ``t`` as
+    the model's layers and ``m`` as its prediction modules; no ``t`` after an ``m``. This
+    simulator also needs the ``m`` in the last chunk (the head's), as every published layout
+    has them. Example: DeepSeek-V3 on ``pp`` 8, ``virtual_stages`` 2, ``"Et*4|(t*4|)*14tmL"``:
+    4 layers with the embedding, 14 chunks of 4, then 1 with the prediction module and loss."""
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError(f"pipeline layout must be a non-empty string like "
+                          f"'Et*4|(t*4|)*14tmL', not {text!r}")
+    flat = re.sub(r"[,\s]", "", text)
+    group = re.compile(r"\(([^()]+)\)\*(\d+)")
+    while group.search(flat):
+        flat = group.sub(lambda g: g.group(1) * int(g.group(2)), flat)
+    flat = re.sub(r"([^|()*])\*(\d+)", lambda g: g.group(1) * int(g.group(2)), flat)
+    bad = sorted(set(flat) - set(LAYOUT_SYMBOLS) - {"|"})
+    if bad:
+        accepted = ", ".join(f"{k} ({v})" for k, v in LAYOUT_SYMBOLS.items())
+        raise ConfigError(f"pipeline layout {text!r}: unknown symbol(s) {' '.join(bad)}; "
+                          f"accepted: {accepted}, '|' between chunks, '(X)*N' and 'c*N' "
+                          f"repeats")
+    chunks = flat.split("|")
+    where = f"pipeline layout {text!r}"
+    if len(chunks) != pp * virtual_stages:
+        raise ConfigError(f"{where} has {len(chunks)} chunks; pp x virtual_stages = {pp} x "
+                          f"{virtual_stages} = {pp * virtual_stages} are needed")
+    symbols = flat.replace("|", "")
+    if symbols.count("E") != 1 or symbols.count("L") != 1 or not chunks[0].startswith("E") \
+            or not chunks[-1].endswith("L"):
+        raise ConfigError(f"{where}: the embedding E must open the first chunk and the loss L "
+                          f"close the last, once each")
+    if symbols.count("t") != layers:
+        raise ConfigError(f"{where} places {symbols.count('t')} decoder layers (t); the model "
+                          f"has {layers}")
+    if symbols.count("m") != mtp_layers:
+        raise ConfigError(f"{where} places {symbols.count('m')} multi-token prediction modules "
+                          f"(m); the model has {mtp_layers}")
+    if "m" in symbols and "t" in symbols[symbols.index("m"):]:
+        raise ConfigError(f"{where}: a decoder layer (t) follows a multi-token prediction "
+                          f"module (m)")
+    if any("m" in c for c in chunks[:-1]):
+        raise ConfigError(f"{where}: multi-token prediction modules (m) must be in the last "
+                          f"chunk, with the loss")
+    return tuple(c.count("t") for c in chunks)
+
+
+def parse_recompute_modules(text) -> tuple:
+    """A comma list (or a list) of :data:`RECOMPUTE_MODULES` as a tuple; an unknown name is
+    refused listing the accepted ones."""
+    items = text.split(",") if isinstance(text, str) else list(text or ())
+    names = tuple(str(t).strip() for t in items if str(t).strip())
+    bad = [n for n in names if n not in RECOMPUTE_MODULES]
+    if bad or not names:
+        raise ConfigError(f"recompute modules {text!r}: expected a comma list of "
+                          f"{', '.join(RECOMPUTE_MODULES)}")
+    return names
 
 
 def main_grad_bytes(layout: Layout) -> int:
@@ -242,8 +339,28 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
             raise ConfigError("the interleaved schedule needs virtual_stages >= 2")
         if pp < 2:
             raise ConfigError("the interleaved schedule needs pp >= 2")
-    if model.layers < pp * v or (model.layers % (pp * v) and
-                                 -(-model.layers // (pp * v)) * pp * v - model.layers > 2):
+    mods = layout.recompute_modules
+    if mods:
+        parse_recompute_modules(mods)
+        if layout.recompute != "selective":
+            raise ConfigError(f"recompute modules {', '.join(mods)} go with recompute "
+                              f"'selective', not {layout.recompute!r}")
+        if "mla_up_proj" in mods and not model.mla:
+            raise ConfigError(f"recompute module mla_up_proj needs multi-latent attention; "
+                              f"{model.name} has none")
+        needs_moe = [m for m in ("moe", "moe_act", "shared_experts") if m in mods]
+        if needs_moe and model.moe is None:
+            raise ConfigError(f"recompute module(s) {', '.join(needs_moe)} need an MoE model; "
+                              f"{model.name} has no experts")
+    split = layout.pipeline_layout
+    if split is not None:
+        if (not isinstance(split, tuple) or len(split) != pp * v or sum(split) != model.layers
+                or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in split)):
+            raise ConfigError(f"pipeline_layout {split!r}: expected {pp * v} chunks (pp x "
+                              f"virtual_stages) of decoder layers adding up to the model's "
+                              f"{model.layers}")
+    elif model.layers < pp * v or (model.layers % (pp * v) and
+                                   -(-model.layers // (pp * v)) * pp * v - model.layers > 2):
         raise ConfigError(f"{model.name}: {model.layers} layers do not split over pp x "
                           f"virtual_stages = {pp} x {v} = {pp * v} chunks: they must divide "
                           f"evenly, or be at most 2 short of a multiple (the first and last "

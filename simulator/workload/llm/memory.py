@@ -116,8 +116,8 @@ def chunk_sizes(layers: int, chunks: int) -> list[int]:
 def chunk_layers(model: TransformerConfig, layout: Layout, stage: int, virtual: int) -> range:
     """Transformer layers of model chunk ``(stage, virtual)``: chunk ``virtual·pp + stage`` in
     model order (Megatron's interleaved assignment; plain pipelines have ``v = 1``), sized by
-    :func:`chunk_sizes`."""
-    sizes = chunk_sizes(model.layers, layout.pp * layout.virtual_stages)
+    the layout's ``pipeline_layout``, else by :func:`chunk_sizes`."""
+    sizes = layout.pipeline_layout or chunk_sizes(model.layers, layout.pp * layout.virtual_stages)
     index = virtual * layout.pp + stage
     first = sum(sizes[:index])
     return range(first, first + sizes[index])
@@ -133,23 +133,39 @@ def _last(layout: Layout, stage: int, virtual: int) -> bool:
 
 def chunk_params(model: TransformerConfig, layout: Layout, stage: int,
                  virtual: int) -> tuple[float, float]:
-    """(dense, expert) parameters of chunk ``(stage, virtual)`` held by one rank."""
+    """(dense, expert) parameters of chunk ``(stage, virtual)`` held by one rank. The last chunk
+    also holds the multi-token prediction modules and, when it is not the first chunk too, the
+    copy of the word embedding they look tokens up in (Megatron-Core builds one on the stage
+    that runs them, ``gpt_model.py`` @44151194)."""
     tp, ep, etp = layout.tp, layout.ep, layout.etp
     dense = expert = 0.0
-    replicated_per_layer = 2 * model.norm_params
-    for i in chunk_layers(model, layout, stage, virtual):
+    replicated_per_layer = 2 * model.norm_params + model.attention_replicated_params
+
+    def add(i: int, extra_dense: float = 0.0, extra_replicated: float = 0.0) -> None:
+        nonlocal dense, expert
         e = model.layer_expert_params(i)
-        rest = model.layer_params(i) - e
+        rest = model.layer_params(i) - e + extra_dense
         router = model.router_params if model.is_moe_layer(i) else 0
-        dense += (rest - replicated_per_layer - router) / tp + replicated_per_layer + router
+        replicated = replicated_per_layer + extra_replicated
+        dense += (rest - replicated - router) / tp + replicated + router
         expert += e / (ep * etp)
+
+    for i in chunk_layers(model, layout, stage, virtual):
+        add(i)
     word = model.vocab * model.hidden / tp
-    if _first(layout, stage, virtual):
+    first = _first(layout, stage, virtual)
+    if first:
         dense += word + (model.embedding_params - model.vocab * model.hidden)
     if _last(layout, stage, virtual):
         dense += model.norm_params
         single_chunk = layout.pp == 1 and layout.virtual_stages == 1
         if not model.tied_embeddings or not single_chunk:
+            dense += word
+        for _ in range(model.mtp_layers):
+            # enorm, hnorm and the final norm replicated; eh_proj split over the group
+            add(model.layers - 1, model.mtp_layer_params - model.layer_params(model.layers - 1),
+                3 * model.norm_params)
+        if model.mtp_layers and not first:
             dense += word
     return dense, expert
 
@@ -226,12 +242,12 @@ def _stage_items(model: TransformerConfig, layout: Layout, device, stage: int) -
         for i in layers:
             per_chunk += activation_bytes_per_layer(
                 model, b, tp=tp, sequence_parallel=sp, recompute=layout.recompute, flash=flash,
-                cp=cp, index=i)
+                cp=cp, index=i, modules=layout.recompute_modules)
     per_chunk /= layout.virtual_stages          # average chunk of this stage
     in_flight = in_flight_chunks(layout, stage)
     activations = per_chunk * in_flight
-    if layout.recompute == "full":
-        i0 = chunks[0][0]
+    if layout.recompute == "full" and any(chunks):
+        i0 = next(c for c in chunks if c)[0]
         activations += activation_bytes_per_layer(
             model, b, tp=tp, sequence_parallel=sp, recompute="none", flash=flash, cp=cp,
             index=i0)
@@ -242,6 +258,14 @@ def _stage_items(model: TransformerConfig, layout: Layout, device, stage: int) -
             model, b, tp=tp, sequence_parallel=sp, cp=cp)
     if stage == layout.pp - 1:
         activations += output_activation_bytes(model, b, tp=tp, cp=cp)
+        # each multi-token prediction module: its layer, its concatenated input (4sbh bytes,
+        # /tp with sequence parallelism) and its own logits
+        for _ in range(model.mtp_layers):
+            activations += (activation_bytes_per_layer(
+                model, b, tp=tp, sequence_parallel=sp, recompute=layout.recompute, flash=flash,
+                cp=cp, index=model.layers - 1, modules=layout.recompute_modules)
+                + 4.0 * model.seq_len / cp * b * model.hidden / (tp if sp else 1)
+                + output_activation_bytes(model, b, tp=tp, cp=cp))
     groups = sum(1 for size in (tp, cp, layout.ep, layout.dp, layout.pp) if size > 1)
     comm = groups * NCCL_PEERS_ASSUMED * NCCL_CHANNELS_ASSUMED * NCCL_BUFFSIZE_BYTES
     hopper = dev.name.startswith(("h100", "h200", "gh200", "b200"))

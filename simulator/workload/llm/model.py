@@ -43,7 +43,8 @@ from simulator.errors import ConfigError
 
 __all__ = [
     "FFN_KINDS", "MoEConfig", "TransformerConfig", "LayerFlops", "layer_forward_flops",
-    "logits_forward_flops", "forward_flops", "model_flops_per_step", "narayanan_flops",
+    "logits_forward_flops", "mtp_forward_flops", "forward_flops", "model_flops_per_step",
+    "narayanan_flops",
     "activation_bytes_per_layer", "korthikanti_activation_bytes", "embedding_activation_bytes",
     "output_activation_bytes", "RECOMPUTE_POLICIES",
 ]
@@ -108,6 +109,22 @@ class TransformerConfig:
     for full causal attention everywhere; ``full_attention_every``: with a window, every
     ``k``-th layer (1-based) attends fully (Megatron-Core's ``window_attn_skip_freq``; GPT-OSS:
     2, layers 0, 2, 4, ... windowed), None: every layer windowed.
+
+    Multi-latent attention (MLA; DeepSeek-AI 2024, "DeepSeek-V2", arXiv 2405.04434, Section
+    2.1, and "DeepSeek-V3", arXiv 2412.19437, Section 2.1.1) when ``kv_lora_rank`` is given: the
+    layer input is projected down to a latent of ``kv_lora_rank`` (plus a key part of
+    ``rope_head_dim`` shared by all heads, which carries the rotary positions), normalised, and
+    projected up to every head's key (``head_dim``, the part without positions) and value
+    (``v_head_dim``); queries likewise through a latent of ``q_lora_rank`` (None: one direct
+    projection). A head's query and key are ``head_dim + rope_head_dim`` wide, its value
+    ``v_head_dim``; every head has its own key and value (``kv_heads`` = ``heads``).
+
+    ``mtp_layers``: multi-token prediction modules after the last layer (DeepSeek-V3, Section
+    2.2; Megatron-Core ``transformer/multi_token_prediction.py`` @44151194, lines 808-1046): each
+    looks the shifted tokens up in the (shared) embedding again, normalises that and the hidden
+    state (``enorm``, ``hnorm``), projects their concatenation ``2h -> h`` (``eh_proj``, column
+    parallel), runs one transformer layer of the last layer's kind, a final norm, and the
+    model's own output layer and cross-entropy (``process_mtp_loss``).
     """
 
     name: str
@@ -129,6 +146,11 @@ class TransformerConfig:
     source: str = ""
     sliding_window: int | None = None
     full_attention_every: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    rope_head_dim: int = 0
+    v_head_dim: int | None = None
+    mtp_layers: int = 0
 
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
@@ -153,12 +175,30 @@ class TransformerConfig:
             raise ConfigError(f"model {self.name!r}: positions must be 'learned' or 'rope'")
         if self.norm not in ("layernorm", "rmsnorm"):
             raise ConfigError(f"model {self.name!r}: norm must be 'layernorm' or 'rmsnorm'")
-        for name in ("sliding_window", "full_attention_every"):
+        for name in ("sliding_window", "full_attention_every", "q_lora_rank", "kv_lora_rank",
+                     "v_head_dim"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
                 raise ConfigError(f"model {self.name!r}: {name} must be a positive integer or "
                                   f"None, not {value!r}")
+        for name in ("rope_head_dim", "mtp_layers"):
+            r = getattr(self, name)
+            if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+                raise ConfigError(f"model {self.name!r}: {name} must be an integer >= 0, "
+                                  f"not {r!r}")
+        r = self.rope_head_dim
+        if not self.mla:
+            extra = [n for n in ("q_lora_rank", "v_head_dim") if getattr(self, n) is not None]
+            if r:
+                extra.append("rope_head_dim")
+            if extra:
+                raise ConfigError(f"model {self.name!r}: {', '.join(extra)} belong to "
+                                  f"multi-latent attention, which needs kv_lora_rank")
+        elif self.kv_heads != self.heads:
+            raise ConfigError(f"model {self.name!r}: multi-latent attention gives every head "
+                              f"its own key and value: kv_heads must equal heads "
+                              f"({self.heads}), not {self.kv_heads}")
 
     def attention_window(self, index: int) -> int | None:
         """The window of layer ``index``'s attention (keys per query at most), None for full
@@ -172,14 +212,54 @@ class TransformerConfig:
 
     # ---------------------------------------------------------------- shapes
     @property
+    def mla(self) -> bool:
+        """Multi-latent attention (``kv_lora_rank`` given)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def qk_head_dim(self) -> int:
+        """A head's query and key width: ``head_dim`` (+ ``rope_head_dim`` under MLA)."""
+        return self.head_dim + self.rope_head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        """A head's value (and output) width: ``v_head_dim``, else ``head_dim``."""
+        return self.v_head_dim or self.head_dim
+
+    @property
     def q_dim(self) -> int:
-        """Width of the query projection: heads x head_dim (= hidden for standard shapes)."""
-        return self.heads * self.head_dim
+        """Width of the queries: heads x qk_head_dim (= hidden for standard shapes)."""
+        return self.heads * self.qk_head_dim
 
     @property
     def kv_dim(self) -> int:
-        """Width of the key (and of the value) projection: kv_heads x head_dim."""
-        return self.kv_heads * self.head_dim
+        """Width of the keys: kv_heads x qk_head_dim (the values' too, without MLA)."""
+        return self.kv_heads * self.qk_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Width of the values: kv_heads x value_head_dim."""
+        return self.kv_heads * self.value_head_dim
+
+    @property
+    def o_dim(self) -> int:
+        """Width of the attention's output, the output projection's input: heads x
+        value_head_dim (= q_dim without MLA)."""
+        return self.heads * self.value_head_dim
+
+    def attention_gemm_flops(self, tokens: float) -> float:
+        """Forward FLOPs of the projections that make the queries, keys and values of
+        ``tokens`` tokens (not the output projection): one ``h x (q + 2kv)`` GEMM, or under MLA
+        the down projections (``h x q_lora``; ``h x (kv_lora + rope)``) and the up projections
+        (``q_lora x q``; ``kv_lora x heads·(head_dim + v_head_dim)``)."""
+        h = self.hidden
+        if not self.mla:
+            return 2 * tokens * h * (self.q_dim + self.kv_dim + self.v_dim)
+        ql = self.q_lora_rank
+        q = h * self.q_dim if ql is None else h * ql + ql * self.q_dim
+        kv = (h * (self.kv_lora_rank + self.rope_head_dim)
+              + self.kv_lora_rank * self.heads * (self.head_dim + self.value_head_dim))
+        return 2 * tokens * (q + kv)
 
     @property
     def gated(self) -> bool:
@@ -210,11 +290,26 @@ class TransformerConfig:
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
     @property
+    def attention_replicated_params(self) -> int:
+        """Attention parameters every tensor-parallel rank holds whole: under MLA the down
+        projections (Megatron-Core builds them ``parallel_mode='duplicated'``) and the latents'
+        norms; 0 otherwise."""
+        if not self.mla:
+            return 0
+        ql = self.q_lora_rank or 0
+        kvl = self.kv_lora_rank
+        return self.hidden * (ql + kvl + self.rope_head_dim) + ql + kvl
+
+    @property
     def attention_params(self) -> int:
-        """QKV and output projections (+ biases): ``h·(q + 2kv) + q·h``; ``4h²`` for MHA."""
+        """QKV and output projections (+ biases): ``h·(q + 2kv) + q·h``; ``4h²`` for MHA. Under
+        MLA the down and up projections of :meth:`attention_gemm_flops` and the latents' two
+        RMSNorms (``q_lora + kv_lora``)."""
         h = self.hidden
-        w = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
-        b = (self.q_dim + 2 * self.kv_dim + h) if self.bias else 0
+        w = self.attention_gemm_flops(1) // 2 + self.o_dim * h
+        if self.mla:
+            w += self.kv_lora_rank + (self.q_lora_rank or 0)
+        b = (self.q_dim + self.kv_dim + self.v_dim + h) if self.bias else 0
         return w + b
 
     def mlp_params(self, ffn: int) -> int:
@@ -272,6 +367,14 @@ class TransformerConfig:
                 + self.head_params)
 
     @property
+    def mtp_layer_params(self) -> int:
+        """One multi-token prediction module's own weights: ``enorm``, ``hnorm``, the final norm,
+        ``eh_proj`` (``2h x h``) and a transformer layer of the last layer's kind; the embedding
+        and the output layer are the model's."""
+        h = self.hidden
+        return 3 * self.norm_params + 2 * h * h + self.layer_params(self.layers - 1)
+
+    @property
     def active_params(self) -> int:
         """Parameters one token passes through (top-k of the routed experts)."""
         if not self.moe:
@@ -323,10 +426,10 @@ def layer_forward_flops(cfg: TransformerConfig, micro_batch: int, index: int = 0
     h = cfg.hidden
     window = cfg.attention_window(index)
     keys = s if window is None else min(window, s)
-    qkv = 2 * t * h * (cfg.q_dim + 2 * cfg.kv_dim)
+    qkv = cfg.attention_gemm_flops(t)
     scores = 2 * t * keys * cfg.q_dim       # heads x (s x d) @ (d x keys)
-    attn_v = 2 * t * keys * cfg.q_dim
-    proj = 2 * t * cfg.q_dim * h
+    attn_v = 2 * t * keys * cfg.o_dim
+    proj = 2 * t * cfg.o_dim * h
     if not cfg.is_moe_layer(index):
         f = cfg.ffn_hidden
         return LayerFlops(qkv, scores, attn_v, proj, 2 * t * h * cfg.fc1_width(f), 2 * t * f * h)
@@ -346,10 +449,25 @@ def logits_forward_flops(cfg: TransformerConfig, micro_batch: int) -> float:
     return 2.0 * micro_batch * cfg.seq_len * cfg.hidden * cfg.vocab
 
 
+def mtp_forward_flops(cfg: TransformerConfig, micro_batch: int) -> float:
+    """The multi-token prediction modules' forward: per module ``eh_proj`` (``2·t·2h·h``), its
+    transformer layer and another pass of the output layer, as Megatron-LM counts them
+    (``megatron/training/training.py`` @44151194, ``num_floating_point_operations``: "MTP eh
+    proj" and the logits ``* (mtp_num_layers + 1)``; the norms' few FLOPs left out)."""
+    if not cfg.mtp_layers:
+        return 0.0
+    t = micro_batch * cfg.seq_len
+    one = (2.0 * t * 2 * cfg.hidden * cfg.hidden
+           + layer_forward_flops(cfg, micro_batch, cfg.layers - 1).total
+           + logits_forward_flops(cfg, micro_batch))
+    return cfg.mtp_layers * one
+
+
 def forward_flops(cfg: TransformerConfig, batch: int) -> float:
-    """One forward of every layer and the logits for ``batch`` sequences."""
+    """One forward of every layer, the multi-token prediction modules and the logits for
+    ``batch`` sequences."""
     layers = sum(layer_forward_flops(cfg, batch, i).total for i in range(cfg.layers))
-    return layers + logits_forward_flops(cfg, batch)
+    return layers + logits_forward_flops(cfg, batch) + mtp_forward_flops(cfg, batch)
 
 
 def _check_recompute(recompute: str) -> str:
@@ -369,10 +487,14 @@ def model_flops_per_step(cfg: TransformerConfig, global_batch: int,
     _check_recompute(recompute)
     per_layer = [layer_forward_flops(cfg, global_batch, i) for i in range(cfg.layers)]
     total = 3 * (sum(f.total for f in per_layer) + logits_forward_flops(cfg, global_batch))
+    if cfg.mtp_layers:
+        total += 3 * mtp_forward_flops(cfg, global_batch)
+    # a prediction module's layer is recomputed as the model's layers are
+    again = per_layer + [per_layer[-1]] * cfg.mtp_layers
     if recompute == "full":
-        total += sum(f.total for f in per_layer)
+        total += sum(f.total for f in again)
     elif recompute == "selective":
-        total += sum(f.attention_core for f in per_layer)
+        total += sum(f.attention_core for f in again)
     return total
 
 
@@ -392,7 +514,8 @@ def narayanan_flops(cfg: TransformerConfig, global_batch: int, recompute: bool =
 
 def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: int = 1,
                                sequence_parallel: bool = False, recompute: str = "none",
-                               flash: bool = False, cp: int = 1, index: int = 0) -> float:
+                               flash: bool = False, cp: int = 1, index: int = 0,
+                               modules: tuple = ()) -> float:
     """Bytes one rank keeps for the backward of one layer for one micro-batch (Korthikanti et al.
     2022, Section 4, counted tensor by tensor).
 
@@ -404,13 +527,22 @@ def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: 
     input ``2sb·f1`` (``f1 = f``, ``2f`` gated), fc2 input ``2sbf``, dropout mask ``sbh``.
     Two norm inputs ``4sbh``. MoE layers keep the router input and, per routed token copy
     (``top_k x capacity_factor``), the expert MLP's tensors; shared experts as a dense MLP.
+    Multi-latent attention keeps Q, K, V at their widths (``2sb(q + k + v)``), the core's output
+    ``2sb·o``, and, outside the head split, the two latents' norm inputs and outputs and the
+    shared position key (``2sb(2·(q_lora + kv_lora) + rope)``).
 
     Tensor parallelism splits what lies between the column- and row-parallel GEMMs (``/tp``);
     sequence parallelism splits the rest too. Context parallelism splits the sequence: each rank
     keeps ``s/cp`` tokens (and ``s/cp x s`` attention scores). Full recomputation keeps only the
-    layer input ``2sbh`` (``/tp`` with sequence parallelism).
+    layer input ``2sbh`` (``/tp`` with sequence parallelism). Selective recomputation drops
+    what its ``modules`` recompute (Megatron-Core's ``recompute_modules``; default the
+    attention core): ``mla_up_proj`` Q, K and V, ``mlp`` a dense layer's MLP tensors, ``moe``
+    the routed and shared experts' tensors, ``moe_act`` the experts' activation output (fc2's
+    input), ``shared_experts`` the shared experts' tensors; ``layernorm`` keeps what it keeps
+    (a norm's output is another tensor's saved input).
     """
     _check_recompute(recompute)
+    mods = (modules or ("core_attn",)) if recompute == "selective" else ()
     s_loc = cfg.seq_len / cp
     sb = s_loc * micro_batch
     h = cfg.hidden
@@ -422,23 +554,30 @@ def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: 
     # Outside the tensor-parallel region (replicated without SP): norm inputs, QKV input,
     # attention dropout mask, fc1 input, MLP dropout mask.
     outside = (2 * ACT_BYTES + ACT_BYTES + MASK_BYTES + ACT_BYTES + MASK_BYTES) * sb * h
-    inside = ACT_BYTES * sb * (cfg.q_dim + 2 * cfg.kv_dim) + ACT_BYTES * sb * cfg.q_dim
+    if cfg.mla:
+        # the latents' norm inputs and outputs (kept by the up projections' LayerNormLinear)
+        # and the shared position key, on the rank's sequence shard
+        latents = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank
+        outside += (2 * latents + cfg.rope_head_dim) * ACT_BYTES * sb
+    qkv = 0 if "mla_up_proj" in mods else ACT_BYTES * sb * (cfg.q_dim + cfg.kv_dim + cfg.v_dim)
+    inside = qkv + ACT_BYTES * sb * cfg.o_dim
     if cfg.is_moe_layer(index):
         m = cfg.moe
         copies = m.top_k * m.capacity_factor
         fe = m.expert_ffn_hidden
         # Routed copies: expert fc1 input, activation input, fc2 input (expert-parallel ranks
         # receive on average as many token copies as they send).
-        inside += copies * (ACT_BYTES * sb * h + ACT_BYTES * sb * cfg.fc1_width(fe)
-                            + ACT_BYTES * sb * fe)
-        if m.shared_experts:
+        if "moe" not in mods:
+            fc2_in = 0 if "moe_act" in mods else ACT_BYTES * sb * fe
+            inside += copies * (ACT_BYTES * sb * h + ACT_BYTES * sb * cfg.fc1_width(fe) + fc2_in)
+        if m.shared_experts and not {"moe", "shared_experts"} & set(mods):
             fs = m.shared_hidden * m.shared_experts
             inside += ACT_BYTES * sb * cfg.fc1_width(fs) + ACT_BYTES * sb * fs
-    else:
+    elif "mlp" not in mods:
         f = cfg.ffn_hidden
         inside += ACT_BYTES * sb * cfg.fc1_width(f) + ACT_BYTES * sb * f
     core = 0.0
-    if not flash and recompute == "none":
+    if not flash and (recompute == "none" or "core_attn" not in mods):
         # softmax output (2) + dropout mask (1) + dropout output (2) per score element
         core = (2 * ACT_BYTES + MASK_BYTES) * cfg.heads * sb * cfg.seq_len
     return outside / split_all + (inside + core) / t

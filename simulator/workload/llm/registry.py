@@ -22,6 +22,19 @@ Sources (shapes copied from the tables named in each ``source``):
   released ``config.json`` of deepseek-moe-16b-base (28 layers, hidden 2048, 16 heads, first
   layer dense with FFN 10944, then 64 routed experts of 1408 with top-6 plus 2 shared experts,
   vocabulary 102400, 4096 context): "16.4B total parameters", 2.8B activated.
+* DeepSeek-V3 (``deepseek-v3``): DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv
+  2412.19437), Section 4.2: 61 layers, hidden 7168, 128 heads of 128 (+ 64 rotary) with
+  multi-latent attention (query latent 1536, key-value latent 512, value heads 128), the first
+  three layers dense (FFN 18432), then 1 shared and 256 routed experts of 2048 with top-8, one
+  multi-token-prediction module; "671B total parameters ... 37B are activated for each
+  token", and "685B, which includes 671B of the Main Model weights and 14B of the Multi-Token
+  Prediction (MTP) Module weights" (Section 1 / the model card). The shapes as Megatron-Bridge
+  trains them (NVIDIA-NeMo/Megatron-Bridge @21d102f5: ``DeepSeekV3Bridge``,
+  ``src/megatron/bridge/models/deepseek/deepseek_v3_bridge.py`` lines 59-98: RMSNorm, SwiGLU,
+  no biases, untied output layer, ``mtp_num_layers`` 1; the released ``config.json`` values
+  in ``tests/unit_tests/models/deepseek/test_deepseek_bridges.py`` lines 201-264: vocabulary
+  129,280, ``first_k_dense_replace`` 3). Its router's sigmoid scores and group-limited top-k
+  are not counted (elementwise work on ``T x 256`` scores).
 * Qwen3 MoE (``qwen3-30b-a3b``, ``qwen3-235b-a22b``): Qwen Team 2025, "Qwen3 Technical Report"
   (arXiv 2505.09388), Table 2 (layers 48 / 94, query / key-value heads 32/4 and 64/4, 128 experts
   of which 8 are activated, no shared experts; 30.5B / 235B total parameters), and the shapes
@@ -133,6 +146,17 @@ def _rows():
             moe=MoEConfig(experts=128, top_k=8, expert_ffn_hidden=expert_ffn),
             published_params=published, source=_QWEN3)
 
+    yield TransformerConfig(
+        name="deepseek-v3", layers=61, hidden=7168, heads=128, head_dim=128, ffn_hidden=18432,
+        vocab=129_280, seq_len=4096, ffn_kind="swiglu", tied_embeddings=False,
+        positions="rope", norm="rmsnorm", bias=False,
+        moe=MoEConfig(experts=256, top_k=8, expert_ffn_hidden=2048, shared_experts=1,
+                      first_dense_layers=3),
+        q_lora_rank=1536, kv_lora_rank=512, rope_head_dim=64, v_head_dim=128, mtp_layers=1,
+        published_params=671e9,
+        source="DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv 2412.19437), Section "
+               "4.2: 671B total (685B with the 14B MTP module), 37B activated; shapes of "
+               "Megatron-Bridge DeepSeekV3Bridge @21d102f5")
     yield TransformerConfig(
         name="gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64,
         ffn_hidden=2880, vocab=201_088, seq_len=4096, ffn_kind="swiglu", tied_embeddings=False,
