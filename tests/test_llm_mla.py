@@ -292,3 +292,25 @@ def test_a_table_row_names_its_recompute_modules():
     row["activation_recompute"] = "none"
     with pytest.raises(ConfigError, match="go with activation_recompute 'selective'"):
         row_layout(row)
+
+
+def test_the_deepseek_table_states_each_recipe():
+    from pathlib import Path
+
+    from simulator.comparison.llm import pipeline_layout_of, row_layout
+    from simulator.measure.llm_table import read_llm_table
+
+    table = read_llm_table(Path(__file__).parent / "data" / "measurements"
+                           / "train_llm_nvidia_dgxb200_deepseek.csv")
+    new, old = (pipeline_layout_of(row, row_layout(row)[0], DSV3) for _, row in table.iterrows())
+    assert (new.pp, new.virtual_stages, new.ep, new.dispatcher, new.ep_overlap) == (
+        8, 2, 32, "deepep", True)
+    assert new.pipeline_layout == (4,) * 15 + (1,)
+    assert new.selective_modules == ("mla_up_proj", "mlp")
+    assert (old.pp, old.virtual_stages, old.ep, old.dispatcher, old.ep_overlap) == (
+        16, 1, 8, "hybridep", False)
+    assert old.pipeline_layout == new.pipeline_layout and old.selective_modules == (
+        "mla_up_proj",)
+    for lay in (new, old):
+        assert (lay.gpus, lay.global_batch, lay.main_grads, lay.zero_stage) == (256, 4096, "bf16",
+                                                                                1)
