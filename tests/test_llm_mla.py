@@ -314,3 +314,28 @@ def test_the_deepseek_table_states_each_recipe():
     for lay in (new, old):
         assert (lay.gpus, lay.global_batch, lay.main_grads, lay.zero_stage) == (256, 4096, "bf16",
                                                                                 1)
+
+
+def test_fp8_keeps_gemm_inputs_quantized_for_backward():
+    """Transformer Engine keeps a GEMM's input as its fp8 column-wise copy under fp8: one byte
+    per element instead of two for the QKV, fc1 and fc2 inputs, and the attention's output
+    twice (16-bit for the attention, fp8 for the projection)."""
+    from simulator.workload.llm.model import activation_bytes_per_layer
+
+    llama = get_llm_model("llama3-8b")
+    sb, h, f = llama.seq_len, llama.hidden, llama.ffn_hidden
+    kw = dict(flash=True, recompute="selective")
+    bf16 = activation_bytes_per_layer(llama, 1, **kw)
+    fp8 = activation_bytes_per_layer(llama, 1, fp8=True, **kw)
+    assert bf16 - fp8 == sb * (2 * h + f - llama.o_dim)
+    expert = activation_bytes_per_layer(TOY, 1, index=2, **kw) - activation_bytes_per_layer(
+        TOY, 1, index=2, fp8=True, **kw)
+    m = TOY.moe
+    latents = TOY.q_lora_rank + TOY.kv_lora_rank
+    assert expert == TOY.seq_len * (2 * TOY.hidden + latents - TOY.o_dim
+                                    + m.top_k * (TOY.hidden + m.expert_ffn_hidden)
+                                    + m.shared_hidden)
+    layout = Layout(tp=1, dp=1, global_batch=1, recompute="selective")
+    dev = get_device("h100-sxm5-80gb")
+    assert memory_per_gpu(llama, replace(layout, precision="fp8"), dev).items["activations"] \
+        < memory_per_gpu(llama, layout, dev).items["activations"]

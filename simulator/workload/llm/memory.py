@@ -242,7 +242,8 @@ def _stage_items(model: TransformerConfig, layout: Layout, device, stage: int) -
         for i in layers:
             per_chunk += activation_bytes_per_layer(
                 model, b, tp=tp, sequence_parallel=sp, recompute=layout.recompute, flash=flash,
-                cp=cp, index=i, modules=layout.recompute_modules)
+                cp=cp, index=i, modules=layout.recompute_modules,
+                fp8=layout.precision == "fp8")
     per_chunk /= layout.virtual_stages          # average chunk of this stage
     in_flight = in_flight_chunks(layout, stage)
     activations = per_chunk * in_flight
@@ -263,7 +264,8 @@ def _stage_items(model: TransformerConfig, layout: Layout, device, stage: int) -
         for _ in range(model.mtp_layers):
             activations += (activation_bytes_per_layer(
                 model, b, tp=tp, sequence_parallel=sp, recompute=layout.recompute, flash=flash,
-                cp=cp, index=model.layers - 1, modules=layout.recompute_modules)
+                cp=cp, index=model.layers - 1, modules=layout.recompute_modules,
+                fp8=layout.precision == "fp8")
                 + 4.0 * model.seq_len / cp * b * model.hidden / (tp if sp else 1)
                 + output_activation_bytes(model, b, tp=tp, cp=cp))
     groups = sum(1 for size in (tp, cp, layout.ep, layout.dp, layout.pp) if size > 1)

@@ -56,6 +56,12 @@ RECOMPUTE_POLICIES = ("none", "selective", "full")
 #: Section 4.1: "we assume activations are stored in 16-bit ... dropout masks take 1 byte").
 ACT_BYTES = 2
 MASK_BYTES = 1
+#: Bytes per element of a GEMM input Transformer Engine keeps for backward under fp8: its
+#: quantized column-wise copy (NVIDIA/TransformerEngine @d0067d0d
+#: ``transformer_engine/pytorch/module/linear.py`` lines 596-621: "Discard row-wise data since it
+#: is not needed in backward pass", ``saved_inputmat = inputmat``; the scales, one per tensor or
+#: one byte per 32 elements under MXFP8, are left out).
+FP8_SAVED_BYTES = 1
 
 
 @dataclass(frozen=True)
@@ -515,7 +521,7 @@ def narayanan_flops(cfg: TransformerConfig, global_batch: int, recompute: bool =
 def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: int = 1,
                                sequence_parallel: bool = False, recompute: str = "none",
                                flash: bool = False, cp: int = 1, index: int = 0,
-                               modules: tuple = ()) -> float:
+                               modules: tuple = (), fp8: bool = False) -> float:
     """Bytes one rank keeps for the backward of one layer for one micro-batch (Korthikanti et al.
     2022, Section 4, counted tensor by tensor).
 
@@ -539,7 +545,11 @@ def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: 
     attention core): ``mla_up_proj`` Q, K and V, ``mlp`` a dense layer's MLP tensors, ``moe``
     the routed and shared experts' tensors, ``moe_act`` the experts' activation output (fc2's
     input), ``shared_experts`` the shared experts' tensors; ``layernorm`` keeps what it keeps
-    (a norm's output is another tensor's saved input).
+    (a norm's output is another tensor's saved input). Under ``fp8`` a GEMM's input is kept
+    as Transformer Engine keeps it, quantized (:data:`FP8_SAVED_BYTES`): the QKV (or MLA's down
+    and up projections') and fc1 inputs, fc2's, the experts' fc1 and fc2 inputs; the
+    attention's output is then kept twice, 16-bit for the attention's backward and quantized
+    for the output projection's.
     """
     _check_recompute(recompute)
     mods = (modules or ("core_attn",)) if recompute == "selective" else ()
@@ -553,14 +563,15 @@ def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: 
         return ACT_BYTES * sb * h / split_all
     # Outside the tensor-parallel region (replicated without SP): norm inputs, QKV input,
     # attention dropout mask, fc1 input, MLP dropout mask.
-    outside = (2 * ACT_BYTES + ACT_BYTES + MASK_BYTES + ACT_BYTES + MASK_BYTES) * sb * h
+    g = FP8_SAVED_BYTES if fp8 else ACT_BYTES   # a GEMM's saved input
+    outside = (2 * ACT_BYTES + g + MASK_BYTES + g + MASK_BYTES) * sb * h
     if cfg.mla:
         # the latents' norm inputs and outputs (kept by the up projections' LayerNormLinear)
         # and the shared position key, on the rank's sequence shard
         latents = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank
-        outside += (2 * latents + cfg.rope_head_dim) * ACT_BYTES * sb
+        outside += ((ACT_BYTES + g) * latents + ACT_BYTES * cfg.rope_head_dim) * sb
     qkv = 0 if "mla_up_proj" in mods else ACT_BYTES * sb * (cfg.q_dim + cfg.kv_dim + cfg.v_dim)
-    inside = qkv + ACT_BYTES * sb * cfg.o_dim
+    inside = qkv + (ACT_BYTES + (FP8_SAVED_BYTES if fp8 else 0)) * sb * cfg.o_dim
     if cfg.is_moe_layer(index):
         m = cfg.moe
         copies = m.top_k * m.capacity_factor
@@ -568,14 +579,14 @@ def activation_bytes_per_layer(cfg: TransformerConfig, micro_batch: int, *, tp: 
         # Routed copies: expert fc1 input, activation input, fc2 input (expert-parallel ranks
         # receive on average as many token copies as they send).
         if "moe" not in mods:
-            fc2_in = 0 if "moe_act" in mods else ACT_BYTES * sb * fe
-            inside += copies * (ACT_BYTES * sb * h + ACT_BYTES * sb * cfg.fc1_width(fe) + fc2_in)
+            fc2_in = 0 if "moe_act" in mods else g * sb * fe
+            inside += copies * (g * sb * h + ACT_BYTES * sb * cfg.fc1_width(fe) + fc2_in)
         if m.shared_experts and not {"moe", "shared_experts"} & set(mods):
             fs = m.shared_hidden * m.shared_experts
-            inside += ACT_BYTES * sb * cfg.fc1_width(fs) + ACT_BYTES * sb * fs
+            inside += ACT_BYTES * sb * cfg.fc1_width(fs) + g * sb * fs
     elif "mlp" not in mods:
         f = cfg.ffn_hidden
-        inside += ACT_BYTES * sb * cfg.fc1_width(f) + ACT_BYTES * sb * f
+        inside += ACT_BYTES * sb * cfg.fc1_width(f) + g * sb * f
     core = 0.0
     if not flash and (recompute == "none" or "core_attn" not in mods):
         # softmax output (2) + dropout mask (1) + dropout output (2) per score element
