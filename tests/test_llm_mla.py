@@ -339,3 +339,26 @@ def test_fp8_keeps_gemm_inputs_quantized_for_backward():
     dev = get_device("h100-sxm5-80gb")
     assert memory_per_gpu(llama, replace(layout, precision="fp8"), dev).items["activations"] \
         < memory_per_gpu(llama, layout, dev).items["activations"]
+
+
+def test_the_search_splits_uneven_layers_as_megatron_bridge_lays_out_deepseek():
+    from simulator.workload.llm.layout import short_last_chunk
+    from simulator.workload.llm.search import SearchSpace, enumerate_layouts, layout_label
+
+    # Megatron-Bridge's DeepSeek-V3 layouts: 16 x 3 + 13, 8 x 7 + 5, 4 x 15 + 1
+    assert short_last_chunk(61, 4) == (16, 16, 16, 13)
+    assert short_last_chunk(61, 8) == (8,) * 7 + (5,)
+    assert short_last_chunk(61, 16) == (4,) * 15 + (1,)
+    assert short_last_chunk(61, 32) is None and short_last_chunk(64, 16) is None
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(8, 16), virtual_stages=(1, 2), micro_batch=(1,),
+                        optimizers=("distopt",), recompute=("selective",))
+    found = {(lay.pp, lay.virtual_stages): lay for lay in
+             enumerate_layouts(DSV3, 256, 8, 1024, space) if lay.ep == 8}
+    assert found[(8, 2)].pipeline_layout == (4,) * 15 + (1,)
+    assert found[(16, 1)].pipeline_layout == (4,) * 15 + (1,)
+    assert found[(8, 1)].pipeline_layout == (8,) * 7 + (5,)
+    assert found[(16, 2)].pipeline_layout is None           # 32 chunks: no such split
+    assert layout_label(found[(8, 1)]).endswith(" last5")
+    # a model that splits evenly keeps Megatron's even chunks
+    qwen = get_llm_model("qwen3-30b-a3b")
+    assert all(lay.pipeline_layout is None for lay in enumerate_layouts(qwen, 64, 8, 64, space))

@@ -237,3 +237,25 @@ def test_order_holds_a_family_back_until_its_first_layout_is_back():
     o.finished("a", ran=False)
     o.finished("a", ran=False)
     assert o.next() == (3, "a") and o.next() is None
+
+
+def test_a_search_with_nothing_to_run_says_why(capsys):
+    """Every layout refused: the table says so and names the commonest refusal, no traceback
+    (an empty candidate list once broke the frame's column selection)."""
+    from simulator.cli.commands import main
+
+    rc = main(["llm", "--search", "--model", "gpt3-350m", "--topology", "hgx-h100",
+               "--global-batch", "16", "--no-progress", "--workers", "1", "--tp", "1",
+               "--cp", "1", "--pp", "8", "--virtual-stages", "2", "--micro-batch", "1",
+               "--recompute", "none", "--optimizers", "distopt"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "Traceback" not in captured.err
+    assert "no layout fits and runs" in captured.out
+    assert "most often refused by rules (1 of 1): gpt3-350m: 24 layers do not split" in \
+        captured.out
+    rc = main(["llm", "--search", "--model", "gpt3-350m", "--topology", "hgx-h100",
+               "--global-batch", "16", "--no-progress", "--workers", "1", "--tp", "1",
+               "--cp", "1", "--pp", "3", "--virtual-stages", "1", "--micro-batch", "1",
+               "--recompute", "none", "--optimizers", "distopt"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "0 enumerated" in captured.out and "no layout fits" in captured.out

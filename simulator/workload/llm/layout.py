@@ -42,7 +42,8 @@ from simulator.errors import ConfigError
 
 __all__ = ["Layout", "PIPELINE_KINDS", "RECOMPUTE", "PRECISIONS", "ATTENTION_KINDS",
            "MAIN_GRADS", "DISPATCHERS", "FP8_RECIPES", "RECOMPUTE_MODULES", "check_layout",
-           "main_grad_bytes", "parse_pipeline_layout", "parse_recompute_modules"]
+           "main_grad_bytes", "parse_pipeline_layout", "parse_recompute_modules",
+           "short_last_chunk"]
 
 PIPELINE_KINDS = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -193,6 +194,20 @@ def parse_pipeline_layout(text: str, pp: int, virtual_stages: int, layers: int,
         raise ConfigError(f"{where}: multi-token prediction modules (m) must be in the last "
                           f"chunk, with the loss")
     return tuple(c.count("t") for c in chunks)
+
+
+def short_last_chunk(layers: int, chunks: int) -> tuple | None:
+    """Decoder layers per chunk when ``layers`` do not split evenly over ``chunks``: every chunk
+    ``ceil(layers / chunks)``, the last one what is left (it also holds the loss and any
+    prediction modules), as Megatron-Bridge lays DeepSeek-V3's 61 layers out on 4, 8 and 16
+    chunks (``set_deepseek_v3_pipeline_model_parallel_layout``,
+    ``src/megatron/bridge/recipes/deepseek/deepseek_v3.py`` @21d102f5 lines 29-49: 16 + 16 + 16
+    + 13, 8 x 7 + 5, 4 x 15 + 1). None when even, or when no such split exists."""
+    per = -(-layers // chunks)
+    last = layers - per * (chunks - 1)
+    if layers % chunks == 0 or last < 0:
+        return None
+    return (per,) * (chunks - 1) + (last,)
 
 
 def parse_recompute_modules(text) -> tuple:
@@ -365,7 +380,7 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
                           f"virtual_stages = {pp} x {v} = {pp * v} chunks: they must divide "
                           f"evenly, or be at most 2 short of a multiple (the first and last "
                           f"chunks then hold one layer fewer, as Llama 3 405B's 126 on 16 "
-                          f"stages)")
+                          f"stages); otherwise give the chunks' layers (--pp-layout)")
     if layout.global_batch % (dp * layout.micro_batch):
         raise ConfigError(f"global_batch {layout.global_batch} is not divisible by dp x "
                           f"micro_batch = {dp} x {layout.micro_batch} = "

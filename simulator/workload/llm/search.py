@@ -57,10 +57,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ...errors import ClusterSimError, ConfigError
-from .layout import RECOMPUTE, Layout, check_layout
+from .layout import RECOMPUTE, Layout, check_layout, short_last_chunk
 
 __all__ = ["SearchSpace", "SearchResult", "OPTIMIZERS", "SEARCH_COLUMNS", "compute_lower_bound",
            "stage_bounds", "enumerate_layouts", "feasible_layouts", "search_layouts", "layout_label", "pareto_front",
@@ -139,10 +140,25 @@ def _optimizer_name(layout: Layout) -> str:
 
 
 def layout_label(layout: Layout) -> str:
-    """A short name: ``tp8 pp4 v2 cp1 ep1 dp32 mb1 distopt rc=sel``."""
+    """A short name: ``tp8 pp4 v2 cp1 ep1 dp32 mb1 distopt rc=sel`` (``+ last N`` when the
+    layers are split with a short last chunk, :func:`with_split`)."""
     rc = {"none": "rc=none", "selective": "rc=sel", "full": "rc=full"}[layout.recompute]
+    split = layout.pipeline_layout
     return (f"tp{layout.tp} pp{layout.pp} v{layout.virtual_stages} cp{layout.cp} ep{layout.ep} "
-            f"dp{layout.dp} mb{layout.micro_batch} {_optimizer_name(layout)} {rc}")
+            f"dp{layout.dp} mb{layout.micro_batch} {_optimizer_name(layout)} {rc}"
+            + (f" last{split[-1]}" if split else ""))
+
+
+def with_split(model, layout: Layout) -> Layout:
+    """``layout`` with an explicit split of the layers (:func:`.layout.short_last_chunk`) where
+    they do not split evenly, or nearly (at most two short), over its chunks; the search tries
+    such layouts as Megatron-Bridge writes them for DeepSeek-V3."""
+    chunks = layout.pp * layout.virtual_stages
+    short = -(-model.layers // chunks) * chunks - model.layers
+    if layout.pipeline_layout is not None or short <= 2:
+        return layout
+    split = short_last_chunk(model.layers, chunks)
+    return layout if split is None else dataclasses.replace(layout, pipeline_layout=split)
 
 
 def _powers_of_two(limit: int) -> list[int]:
@@ -178,12 +194,12 @@ def enumerate_layouts(model, gpus: int, gpus_per_machine: int, global_batch: int
                         for mb in space.micro_batch:
                             for opt in space.optimizers:
                                 for rc in space.recompute:
-                                    yield Layout(
+                                    yield with_split(model, Layout(
                                         tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, virtual_stages=v,
                                         micro_batch=mb, global_batch=global_batch,
                                         pipeline="interleaved" if v > 1 else "1f1b",
                                         sequence_parallel=tp > 1, recompute=rc,
-                                        precision=space.precision, **OPTIMIZERS[opt])
+                                        precision=space.precision, **OPTIMIZERS[opt]))
 
 
 def stage_bounds(work) -> list[float]:
@@ -248,7 +264,8 @@ def feasible_layouts(model, gpus: int, gpus_per_machine: int, global_batch: int,
                      space: SearchSpace = SearchSpace(), counts: dict | None = None):
     """``(bound_s, layout)`` for every enumerated layout that passes the rules
     (:func:`~.layout.check_layout`) and fits memory (:func:`~.memory.check_memory`); ``counts``
-    (optional) gets ``enumerated``, ``refused_rules`` and ``refused_memory`` added."""
+    (optional) gets ``enumerated``, ``refused_rules`` and ``refused_memory`` added, and
+    ``reasons``: how many layouts each refusal message refused."""
     from .compute import resolve_device
     from .memory import check_memory
     from .registry import get_llm_model
@@ -259,13 +276,15 @@ def feasible_layouts(model, gpus: int, gpus_per_machine: int, global_batch: int,
     counts = {} if counts is None else counts
     for k in ("enumerated", "refused_rules", "refused_memory"):
         counts.setdefault(k, 0)
+    reasons = counts.setdefault("reasons", {})
     bounds = _Bounds(model, device)
     for layout in enumerate_layouts(model, gpus, gpus_per_machine, global_batch, space):
         counts["enumerated"] += 1
         try:
             check_layout(model, layout, gpus, device=device)
-        except ConfigError:
+        except ConfigError as exc:
             counts["refused_rules"] += 1
+            reasons[str(exc)] = reasons.get(str(exc), 0) + 1
             continue
         try:
             check_memory(model, layout, device)
@@ -333,8 +352,10 @@ def _simulate(topology: str, params: tuple, model, fields: dict, library: str,
     1,024-rank collective is timed once per search, not once per worker process); the row then
     carries the ones this call computed under ``_ALONE``, which the search takes out."""
     from . import step as step_module
+    from .registry import get_llm_model
 
-    layout = Layout(**fields)
+    layout = with_split(get_llm_model(model) if isinstance(model, str) else model,
+                        Layout(**fields))
     graph = _graph(topology, params)
     base = {"model": model if isinstance(model, str) else model.name, "gpus": layout.gpus,
             **fields, "optimizer": _optimizer_name(layout), "label": layout_label(layout),
@@ -613,7 +634,8 @@ def search_layouts(model, topology: str, params: dict | None = None, *, global_b
                  frame["gpus"].astype(int).isin([c[0] for c in clusters])]
     keys = {_key({"model": name, "gpus": c[2], "topology": topo_name[c[2]],
                   **_layout_fields(c[4])}) for c in candidates}
-    ours = ours[[_key(r) in keys for r in ours.to_dict("records")]]
+    # a boolean array, not a list: an empty list would select no columns
+    ours = ours[np.array([_key(r) in keys for r in ours.to_dict("records")], dtype=bool)]
     ok = ours[(ours["refused"].fillna("") == "") & ours["step_time_s"].notna()]
     ranked = ok.sort_values(["gpus", "step_time_s", "label"])
     top_rows = ranked.groupby("gpus", sort=True).head(top).reset_index(drop=True)
@@ -704,6 +726,11 @@ def format_search(result: SearchResult) -> str:
     table = top_table(result)
     if table.empty:
         lines.append("no layout fits and runs")
+        reasons = result.counts.get("reasons") or {}
+        if reasons:
+            why, n = max(reasons.items(), key=lambda kv: kv[1])
+            lines.append(f"most often refused by rules ({n} of {result.counts['refused_rules']}): "
+                         f"{why}")
     else:
         lines.append(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     if result.front is not None and result.front["gpus"].nunique() > 1:
