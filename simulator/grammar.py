@@ -636,7 +636,8 @@ class LlmSearchSection(Section):
 #: and the precision).
 _SEARCHED = ("device", "tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch",
              "pipeline", "sequence_parallel", "zero_stage", "recompute", "bucket",
-             "distributed_optimizer", "fsdp", "tp_overlap", "order")
+             "distributed_optimizer", "fsdp", "tp_overlap", "order", "pp_layout",
+             "recompute_modules")
 
 
 class LlmSection(Section):
@@ -666,6 +667,13 @@ class LlmSection(Section):
     fsdp: bool = False
     tp_overlap: bool = False
     order: str = Field("tp-cp-ep-dp-pp", description="rank order, fastest-varying first")
+    pp_layout: str | None = Field(
+        None, description="decoder layers of each pipeline chunk as Megatron-Core's "
+                          "pipeline_model_parallel_layout (e.g. 'Et*4|(t*4|)*14tmL'), for "
+                          "every point; a point whose pp x virtual_stages differs is refused")
+    recompute_modules: list[one_of(_choices("RECOMPUTE_MODULES"))] | None = Field(
+        None, description="what the points with recompute selective recompute (Megatron-Core's "
+                          "recompute_modules); default core_attn")
     steady_tolerance: Annotated[float, Field(ge=TOLERANCE, le=LOOSEST_TOLERANCE)] = Field(
         TOLERANCE, description=f"how closely a long step's increments per period must agree, "
                                f"relative to its span, to extend it from three short steps "

@@ -253,6 +253,10 @@ def _llm(section: grammar.LlmSection):
               for key in SWEPT}
     fixed = {key: getattr(section, key) for key in ("distributed_optimizer", "fsdp",
                                                     "tp_overlap", "order")}
+    if section.pp_layout is not None:
+        fixed["pp_layout"] = section.pp_layout
+    if section.recompute_modules:
+        fixed["recompute_modules"] = tuple(section.recompute_modules)
     return LlmStudy(model=section.model, values=values, fixed=fixed, device=section.device,
                     steady_tolerance=section.steady_tolerance)
 

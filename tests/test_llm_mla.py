@@ -362,3 +362,38 @@ def test_the_search_splits_uneven_layers_as_megatron_bridge_lays_out_deepseek():
     # a model that splits evenly keeps Megatron's even chunks
     qwen = get_llm_model("qwen3-30b-a3b")
     assert all(lay.pipeline_layout is None for lay in enumerate_layouts(qwen, 64, 8, 64, space))
+
+
+def test_the_llm_section_takes_a_layout_string_and_recompute_modules():
+    from simulator.scenario import read_scenario
+
+    text = """name: sweep
+topology: {name: hgx-b200, params: {nodes: 1}}
+llm:
+  model: qwen3-30b-a3b
+  pp: [2, 4]
+  ep: 4
+  global_batch: 8
+  recompute: [selective, none]
+  recompute_modules: [moe_act, layernorm]
+  pp_layout: "Et*20|t*28L"
+"""
+    study = read_scenario(text, "s.yaml").study
+    layouts = {}
+    for point in study.points():
+        try:
+            lay = study.layout(point, 8)
+        except ConfigError as exc:
+            layouts[point] = str(exc)
+            continue
+        layouts[(lay.pp, lay.recompute)] = lay
+    assert layouts[(2, "selective")].pipeline_layout == (20, 28)
+    assert layouts[(2, "selective")].selective_modules == ("moe_act", "layernorm")
+    assert layouts[(2, "none")].recompute_modules == ()
+    refused = [v for v in layouts.values() if isinstance(v, str)]
+    assert len(refused) == 2 and all("has 2 chunks; pp x virtual_stages = 4 x 1" in r
+                                     for r in refused)
+    with pytest.raises(ConfigError, match=r"s.yaml:\d+: llm.pp_layout: not used with search"):
+        read_scenario(text.replace("pp: [2, 4]", "search: {tp: [1]}").replace(
+            "  recompute: [selective, none]\n  recompute_modules: [moe_act, layernorm]\n", "")
+            .replace("  ep: 4\n", ""), "s.yaml")

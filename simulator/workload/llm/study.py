@@ -76,7 +76,18 @@ class LlmStudy:
                                   f"{values['tp']} x cp {values['cp']} x pp {values['pp']} "
                                   f"= {others}; set dp or change the topology")
             values["dp"] = gpus // others
-        return Layout(**self.fixed, **values)
+        fixed = dict(self.fixed)
+        text = fixed.pop("pp_layout", None)
+        if text is not None:
+            from .layout import parse_pipeline_layout
+            from .registry import get_llm_model
+
+            model = get_llm_model(self.model)
+            fixed["pipeline_layout"] = parse_pipeline_layout(
+                text, values["pp"], values["virtual_stages"], model.layers, model.mtp_layers)
+        if values.get("recompute") != "selective":
+            fixed.pop("recompute_modules", None)       # what selective recomputes
+        return Layout(**fixed, **values)
 
 
 def run_llm_point(graph, study: LlmStudy, point) -> dict:
