@@ -655,7 +655,8 @@ class LlmSection(Section):
     virtual_stages: listed(Count) = [1]
     micro_batch: listed(Count) = [1]
     global_batch: listed(Count)
-    pipeline: listed(one_of(_choices("PIPELINE_KINDS"))) = ["1f1b"]
+    pipeline: listed(one_of(_choices("PIPELINE_KINDS"))) | None = Field(
+        None, description="default: interleaved with virtual_stages > 1, else 1f1b")
     sequence_parallel: listed(bool) = [False]
     zero_stage: listed(Annotated[int, Field(ge=0, le=3)]) = [0]
     recompute: listed(one_of(_choices("RECOMPUTE"))) = ["none"]

@@ -90,9 +90,15 @@ def time_to_train_table(frame: pd.DataFrame) -> str:
 def llm_table(frame: pd.DataFrame) -> str:
     """Per layout: step time, throughput, TFLOP/s per GPU and MFU, and where the step went
     (seconds of the critical rank); a refused layout shows why instead."""
+    def n(value):
+        """A degree as written: an integer, or ``?`` where the layout was refused before
+        it had one (a blank dp)."""
+        return "?" if pd.isna(value) else f"{int(value)}"
+
     def layout(r):
-        return (f"tp{r.tp} cp{r.cp} ep{r.ep} pp{r.pp} dp{r.dp} v{r.virtual_stages} "
-                f"mb{r.micro_batch}/{r.global_batch} {r.recompute} z{r.zero_stage}")
+        return (f"tp{n(r.tp)} cp{n(r.cp)} ep{n(r.ep)} pp{n(r.pp)} dp{n(r.dp)} "
+                f"v{n(r.virtual_stages)} mb{n(r.micro_batch)}/{n(r.global_batch)} "
+                f"{r.recompute} z{n(r.zero_stage)}")
 
     table = pd.DataFrame({
         "layout": [layout(r) for r in frame.itertuples()],

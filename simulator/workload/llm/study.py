@@ -76,6 +76,8 @@ class LlmStudy:
                                   f"{values['tp']} x cp {values['cp']} x pp {values['pp']} "
                                   f"= {others}; set dp or change the topology")
             values["dp"] = gpus // others
+        if values.get("pipeline") is None:
+            values["pipeline"] = "interleaved" if values["virtual_stages"] > 1 else "1f1b"
         fixed = dict(self.fixed)
         text = fixed.pop("pp_layout", None)
         if text is not None:
