@@ -397,3 +397,27 @@ llm:
         read_scenario(text.replace("pp: [2, 4]", "search: {tp: [1]}").replace(
             "  recompute: [selective, none]\n  recompute_modules: [moe_act, layernorm]\n", "")
             .replace("  ep: 4\n", ""), "s.yaml")
+
+
+def test_an_llm_sweep_interleaves_virtual_stages_and_labels_refusals():
+    import pandas as pd
+
+    from simulator.report.tables import llm_table
+    from simulator.scenario import read_scenario
+
+    text = """name: sweep
+topology: {name: hgx-b200, params: {nodes: 1}}
+llm: {model: qwen3-30b-a3b, pp: 2, virtual_stages: [1, 2], ep: 4, global_batch: 8}
+"""
+    study = read_scenario(text, "s.yaml").study
+    kinds = {study.layout(p, 8).virtual_stages: study.layout(p, 8).pipeline
+             for p in study.points()}
+    assert kinds == {1: "1f1b", 2: "interleaved"}
+    nan = float("nan")
+    row = dict(tp=1, cp=1, ep=4, pp=2, dp=nan, virtual_stages=1, micro_batch=1,
+               global_batch=8, recompute="none", zero_stage=0, refused="no",
+               **{c: nan for c in ("step_time_s", "tokens_per_s", "hardware_tflops_per_gpu",
+                                   "mfu_pct", "compute_s", "exposed_tp_s", "exposed_cp_s",
+                                   "exposed_ep_s", "exposed_pp_s", "exposed_dp_s", "bubble_s",
+                                   "optimizer_s")})
+    assert "tp1 cp1 ep4 pp2 dp? v1 mb1/8 none z0" in llm_table(pd.DataFrame([row]))
