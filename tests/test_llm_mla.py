@@ -110,10 +110,12 @@ def test_op_flops_add_up_with_mla_experts_and_prediction_modules():
     layout = Layout(ep=4, pp=2, dp=4, global_batch=8, pipeline="interleaved", virtual_stages=2,
                     recompute="selective",
                     pipeline_layout=parse_pipeline_layout("Et|tt|t|tmL", 2, 2, 5, 1))
-    for recompute in ("selective", "full"):
-        work = step_work(TOY, replace(layout, recompute=recompute), "h100-sxm5-80gb")
+    folded = Layout(tp=2, ep=4, pp=2, dp=4, global_batch=8, sequence_parallel=True,
+                    pipeline_layout=(2, 3))        # the down projections on sequence shards
+    for lay, recompute in ((layout, "selective"), (layout, "full"), (folded, "selective")):
+        work = step_work(TOY, replace(lay, recompute=recompute), "h100-sxm5-80gb")
         ops = [o for c in work.chunks.values() for o in c.forward + c.backward]
-        ranks = layout.tp * layout.cp * layout.dp * work.micro_batches
+        ranks = lay.tp * lay.cp * lay.dp * work.micro_batches
         assert sum(o.flops for o in ops if o.kind != "recompute") * ranks == pytest.approx(
             work.model_flops_per_step, rel=1e-9)
         assert sum(o.flops for o in ops) * ranks == pytest.approx(
