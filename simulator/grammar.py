@@ -632,12 +632,36 @@ class LlmSearchSection(Section):
     workers: Count | None = Field(None, description="local processes (default: one per CPU)")
 
 
+def _expert_tp_field():
+    return Field(None, description="tensor parallelism of the expert layers (default tp); 1 "
+                                   "with tp > 1 folds the expert groups across tensor-parallel "
+                                   "ranks")
+
+
+def _dispatcher_field():
+    return Field("alltoall", description="MoE token dispatcher: alltoall (NCCL all-to-all of "
+                                         "every token-expert copy), hybridep (Hybrid-EP: once "
+                                         "per machine over RDMA, then NVLink) or deepep (the "
+                                         "same, DeepEP's kernels)")
+
+
+def _ep_overlap_field():
+    return Field(False, description="expert all-to-alls hidden behind another micro-batch's "
+                                    "compute (moe_a2a_overlap)")
+
+
+def _fp8_recipe_field():
+    return Field("delayed", description="how fp8 operands are scaled (Megatron-Core's "
+                                        "fp8_recipe): delayed, tensorwise (current scaling), "
+                                        "blockwise, mxfp8")
+
+
 #: ``llm:`` keys that a search chooses itself (everything but the model, the global batch
 #: and the precision).
 _SEARCHED = ("device", "tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch",
              "pipeline", "sequence_parallel", "zero_stage", "recompute", "bucket",
              "distributed_optimizer", "fsdp", "tp_overlap", "order", "pp_layout",
-             "recompute_modules")
+             "recompute_modules", "expert_tp", "dispatcher", "ep_overlap", "fp8_recipe")
 
 
 class LlmSection(Section):
@@ -672,6 +696,10 @@ class LlmSection(Section):
         None, description="decoder layers of each pipeline chunk as Megatron-Core's "
                           "pipeline_model_parallel_layout (e.g. 'Et*4|(t*4|)*14tmL'), for "
                           "every point; a point whose pp x virtual_stages differs is refused")
+    expert_tp: Count | None = _expert_tp_field()
+    dispatcher: one_of(_choices("DISPATCHERS")) = _dispatcher_field()
+    ep_overlap: bool = _ep_overlap_field()
+    fp8_recipe: one_of(_choices("FP8_RECIPES")) = _fp8_recipe_field()
     recompute_modules: list[one_of(_choices("RECOMPUTE_MODULES"))] | None = Field(
         None, description="what the points with recompute selective recompute (Megatron-Core's "
                           "recompute_modules); default core_attn")
@@ -791,18 +819,10 @@ class LlmJobSection(Section):
     tp: Count = 1
     cp: Count = 1
     ep: Count = 1
-    expert_tp: Count | None = Field(
-        None, description="tensor parallelism of the expert layers (default tp); 1 with tp > 1 "
-                          "folds the expert groups across tensor-parallel ranks")
-    dispatcher: one_of(_choices("DISPATCHERS")) = Field(
-        "alltoall", description="MoE token dispatcher: alltoall (NCCL all-to-all of every "
-                                "token-expert copy), hybridep (Hybrid-EP: once per machine "
-                                "over RDMA, then NVLink) or deepep (the same, DeepEP's kernels)")
-    ep_overlap: bool = Field(False, description="expert all-to-alls hidden behind another "
-                                                "micro-batch's compute (moe_a2a_overlap)")
-    fp8_recipe: one_of(_choices("FP8_RECIPES")) = Field(
-        "delayed", description="how fp8 operands are scaled (Megatron-Core's fp8_recipe): "
-                               "delayed, tensorwise (current scaling), blockwise, mxfp8")
+    expert_tp: Count | None = _expert_tp_field()
+    dispatcher: one_of(_choices("DISPATCHERS")) = _dispatcher_field()
+    ep_overlap: bool = _ep_overlap_field()
+    fp8_recipe: one_of(_choices("FP8_RECIPES")) = _fp8_recipe_field()
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1

@@ -452,3 +452,29 @@ def test_model_flops_per_token_match_nvidias_published_counter():
         assert ours == pytest.approx(theirs, rel=0.015), (row.model, ours, theirs)
         checked.add(row.model)
     assert checked == {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"}
+
+
+def test_the_llm_section_states_the_moe_recipe_for_every_point():
+    from pathlib import Path
+
+    from simulator.scenario import load_scenario, read_scenario
+
+    path = Path(__file__).parent.parent / "scenarios" / "deepseek_v3_b200.yaml"
+    study = load_scenario(str(path)).study
+    layouts = [study.layout(p, 256) for p in study.points()]
+    assert [lay.ep for lay in layouts] == [8, 16, 32]
+    for lay in layouts:
+        assert (lay.dispatcher, lay.ep_overlap, lay.fp8_recipe, lay.precision) == (
+            "deepep", True, "mxfp8", "fp8")
+        assert lay.pipeline_layout == (4,) * 15 + (1,) and lay.pipeline == "interleaved"
+        assert lay.selective_modules == ("mla_up_proj", "mlp")
+    text = path.read_text().replace("precision: fp8", "precision: [fp8, bf16]")
+    mixed = read_scenario(text, "m.yaml").study
+    recipes = {(lay.precision, lay.fp8_recipe) for lay in
+               (mixed.layout(p, 256) for p in mixed.points())}
+    assert recipes == {("fp8", "mxfp8"), ("bf16", "delayed")}
+    with pytest.raises(ConfigError, match=r"m.yaml:\d+: llm.dispatcher: not used with search"):
+        read_scenario("""name: s
+topology: hgx-b200
+llm: {model: qwen3-30b-a3b, global_batch: 8, dispatcher: hybridep, search: {tp: [1]}}
+""", "m.yaml")

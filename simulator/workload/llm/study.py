@@ -89,6 +89,8 @@ class LlmStudy:
                 text, values["pp"], values["virtual_stages"], model.layers, model.mtp_layers)
         if values.get("recompute") != "selective":
             fixed.pop("recompute_modules", None)       # what selective recomputes
+        if values.get("precision") != "fp8":
+            fixed.pop("fp8_recipe", None)              # how the fp8 points scale
         return Layout(**fixed, **values)
 
 
