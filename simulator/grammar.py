@@ -650,6 +650,12 @@ def _ep_overlap_field():
                                     "compute (moe_a2a_overlap)")
 
 
+def _main_grads_field():
+    return Field("auto", description="precision of the gradients reduced over data "
+                                     "parallelism: auto (Megatron's default for the precision), "
+                                     "fp32, bf16 (grad_reduce_in_fp32 = False) or fp16")
+
+
 def _fp8_recipe_field():
     return Field("delayed", description="how fp8 operands are scaled (Megatron-Core's "
                                         "fp8_recipe): delayed, tensorwise (current scaling), "
@@ -661,7 +667,8 @@ def _fp8_recipe_field():
 _SEARCHED = ("device", "tp", "cp", "ep", "pp", "dp", "virtual_stages", "micro_batch",
              "pipeline", "sequence_parallel", "zero_stage", "recompute", "bucket",
              "distributed_optimizer", "fsdp", "tp_overlap", "order", "pp_layout",
-             "recompute_modules", "expert_tp", "dispatcher", "ep_overlap", "fp8_recipe")
+             "recompute_modules", "expert_tp", "dispatcher", "ep_overlap", "fp8_recipe",
+             "main_grads")
 
 
 class LlmSection(Section):
@@ -700,6 +707,7 @@ class LlmSection(Section):
     dispatcher: one_of(_choices("DISPATCHERS")) = _dispatcher_field()
     ep_overlap: bool = _ep_overlap_field()
     fp8_recipe: one_of(_choices("FP8_RECIPES")) = _fp8_recipe_field()
+    main_grads: one_of(_choices("MAIN_GRADS")) = _main_grads_field()
     recompute_modules: list[one_of(_choices("RECOMPUTE_MODULES"))] | None = Field(
         None, description="what the points with recompute selective recompute (Megatron-Core's "
                           "recompute_modules); default core_attn")
@@ -823,6 +831,7 @@ class LlmJobSection(Section):
     dispatcher: one_of(_choices("DISPATCHERS")) = _dispatcher_field()
     ep_overlap: bool = _ep_overlap_field()
     fp8_recipe: one_of(_choices("FP8_RECIPES")) = _fp8_recipe_field()
+    main_grads: one_of(_choices("MAIN_GRADS")) = _main_grads_field()
     pp: Count = 1
     dp: Count | None = Field(None, description="default: the job's ranks / (tp x cp x pp)")
     virtual_stages: Count = 1
@@ -882,7 +891,8 @@ class LlmJobSection(Section):
                       recompute=self.recompute, precision=self.precision,
                       tp_overlap=self.tp_overlap, order=self.order,
                       expert_tp=self.expert_tp, dispatcher=self.dispatcher,
-                      ep_overlap=self.ep_overlap, fp8_recipe=self.fp8_recipe, **extra)
+                      ep_overlap=self.ep_overlap, fp8_recipe=self.fp8_recipe,
+                      main_grads=self.main_grads, **extra)
 
 
 #: ``kind`` -> the section of that job kind.

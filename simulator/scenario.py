@@ -257,7 +257,7 @@ def _llm(section: grammar.LlmSection):
         fixed["pp_layout"] = section.pp_layout
     if section.recompute_modules:
         fixed["recompute_modules"] = tuple(section.recompute_modules)
-    for key in ("expert_tp", "dispatcher", "ep_overlap", "fp8_recipe"):
+    for key in ("expert_tp", "dispatcher", "ep_overlap", "fp8_recipe", "main_grads"):
         if section.given(key):
             fixed[key] = getattr(section, key)
     return LlmStudy(model=section.model, values=values, fixed=fixed, device=section.device,

@@ -478,3 +478,24 @@ def test_the_llm_section_states_the_moe_recipe_for_every_point():
 topology: hgx-b200
 llm: {model: qwen3-30b-a3b, global_batch: 8, dispatcher: hybridep, search: {tp: [1]}}
 """, "m.yaml")
+
+
+def test_the_cli_and_scenarios_state_where_gradients_are_reduced():
+    from pathlib import Path
+
+    import argparse
+
+    from simulator.cli.llm import add_llm_parser, layout_from_args
+    from simulator.scenario import load_scenario
+    from simulator.workload.llm.layout import main_grad_bytes
+
+    parser = argparse.ArgumentParser()
+    add_llm_parser(parser.add_subparsers())
+    base = ["llm", "--model", "qwen3-30b-a3b", "--topology", "hgx-b200", "--ep", "8", "--dp", "8",
+            "--global-batch", "64"]
+    assert layout_from_args(parser.parse_args(base)).main_grads == "auto"
+    bf16 = layout_from_args(parser.parse_args(base + ["--main-grads", "bf16"]))
+    assert bf16.main_grads == "bf16" and main_grad_bytes(bf16) == 2
+    path = Path(__file__).parent.parent / "scenarios" / "deepseek_v3_b200.yaml"
+    study = load_scenario(str(path)).study
+    assert {study.layout(p, 256).main_grads for p in study.points()} == {"bf16"}

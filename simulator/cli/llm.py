@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ConfigError
-from ..workload.llm.layout import DISPATCHERS, FP8_RECIPES
+from ..workload.llm.layout import DISPATCHERS, FP8_RECIPES, MAIN_GRADS
 
 PIPELINES = ("1f1b", "gpipe", "interleaved")
 
@@ -78,6 +78,11 @@ def add_llm_parser(subparsers) -> None:
                    help="how fp8 operands are scaled (Megatron-Core's fp8_recipe): delayed "
                         "(its default), tensorwise (per-tensor current scaling), blockwise, "
                         "mxfp8 (Blackwell only); needs --precision fp8")
+    p.add_argument("--main-grads", default=None, choices=MAIN_GRADS,
+                   help="precision the gradients are accumulated and reduced over data "
+                        "parallelism in: auto (Megatron's default: fp32 for bf16, fp16 for "
+                        "fp16), fp32, bf16 (grad_reduce_in_fp32 = False, as NVIDIA's MoE "
+                        "recipes set it) or fp16")
     p.add_argument("--bucket-size", default=None, metavar="SIZE",
                    help="gradient bucket size (e.g. 160MB; default Megatron-Core's max(40M, 1M x dp) "
                         "parameters of fp32 gradients)")
@@ -188,7 +193,8 @@ def layout_from_args(args):
                   expert_tp=getattr(args, "expert_tp", None),
                   dispatcher=getattr(args, "dispatcher", None) or "alltoall",
                   ep_overlap=bool(getattr(args, "ep_overlap", False)),
-                  fp8_recipe=getattr(args, "fp8_recipe", None) or "delayed", **extra)
+                  fp8_recipe=getattr(args, "fp8_recipe", None) or "delayed",
+                  main_grads=getattr(args, "main_grads", None) or "auto", **extra)
 
 
 def format_row(row: dict) -> str:
