@@ -367,11 +367,11 @@ def _fp8_after(ctx: _Ctx, name: str, elements: float, kind: str, producer: str) 
 
 
 def _input_grad(ctx, prefix: str, gemm: str, T: int, n: int, h: int) -> list:
-    """The backward of a column-parallel GEMM whose input came through the tensor-parallel
-    group: the input-gradient GEMM, its reduction over the group (reduce-scatter with
-    sequence parallelism, all-reduce without; overlapped with the weight-gradient GEMM, as
-    Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication`` does), then the
-    weight-gradient GEMM."""
+    """The backward of a column-parallel GEMM ``(T, n, h)`` whose input (``h`` wide) came
+    through the tensor-parallel group: the input-gradient GEMM, its reduction over the group
+    (reduce-scatter with sequence parallelism, all-reduce without; overlapped with the
+    weight-gradient GEMM, as Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication``
+    does), then the weight-gradient GEMM."""
     dgrad, wgrad = _bwd_gemm(ctx, prefix + gemm, T, n, h)
     kind = "reducescatter" if ctx.sp else "allreduce"
     return [dgrad, *ctx.comm(f"{prefix}.tp.{kind}.grad", "tp", kind, T * h * _B,
@@ -535,7 +535,6 @@ def _mla_backward(ctx: _Ctx, p: str) -> list[Op]:
     (``finalize_model_grads``), not counted here."""
     m, h, T, Tsp, tp = ctx.model, ctx.h, ctx.T, ctx.Tsp, ctx.tp
     downs, ups = _mla_parts(ctx)
-    kind = "reducescatter" if ctx.sp else "allreduce"
     ops: list[Op] = [ctx.ew(p + ".attn.rope.bwd", _mla_rope_bytes(ctx))]
     for name, latent, width in reversed(ups):
         k = latent or h
@@ -543,9 +542,7 @@ def _mla_backward(ctx: _Ctx, p: str) -> list[Op]:
         if ctx.sp:
             ops += ctx.comm(f"{p}.attn.{name}.tp.allgather.input", "tp", "allgather",
                             T * k * _B, overlapped=True)
-        dgrad, wgrad = _bwd_gemm(ctx, f"{p}.attn.{name}", T, width // tp, k)
-        ops += [dgrad, *ctx.comm(f"{p}.attn.{name}.tp.{kind}.grad", "tp", kind, T * k * _B,
-                                 overlapped=True), wgrad]
+        ops += _input_grad(ctx, f"{p}.attn.{name}", "", T, width // tp, k)
         if latent:
             ops.append(ctx.ew(f"{p}.attn.{name}.norm.bwd", 2 * Tsp * latent * _B * 2))
     if ctx.sp:
@@ -846,22 +843,31 @@ def _layer_backward(ctx: _Ctx, i: int) -> list[Op]:
 # Embedding and head
 # ------------------------------------------------------------------------------------------
 
-def _embedding_forward(ctx: _Ctx) -> list[Op]:
-    h, T, Tsp = ctx.h, ctx.T, ctx.Tsp
-    ops = [ctx.ew("embed.lookup", T * h * _B * 2 + T * 8, "embedding")]
-    ops += _tp_out(ctx, "embed")
-    ops.append(ctx.ew("embed.dropout", Tsp * h * (2 * _B + 1), "embedding"))
+def _lookup(ctx: _Ctx, p: str) -> list[Op]:
+    """A vocabulary-parallel embedding lookup (named ``p``): the rows, then their reduction
+    over the tensor-parallel group."""
+    ops = [ctx.ew(p + ".lookup", ctx.T * ctx.h * _B * 2 + ctx.T * 8, "embedding")]
+    return ops + _tp_out(ctx, p)
+
+
+def _lookup_grad(ctx: _Ctx, p: str) -> list[Op]:
+    """The backward of :func:`_lookup`: the gradient gathered back under sequence parallelism,
+    then the scatter-add of its rows into the fp32 main gradient."""
+    ops = []
+    if ctx.sp:
+        ops += ctx.comm(p + ".tp.allgather.grad", "tp", "allgather", ctx.T * ctx.h * _B)
+    ops.append(ctx.ew(p + ".grad", ctx.T * ctx.h * (_B + 8), "embedding"))
     return ops
+
+
+def _embedding_forward(ctx: _Ctx) -> list[Op]:
+    return _lookup(ctx, "embed") + [
+        ctx.ew("embed.dropout", ctx.Tsp * ctx.h * (2 * _B + 1), "embedding")]
 
 
 def _embedding_backward(ctx: _Ctx) -> list[Op]:
-    h, T, Tsp = ctx.h, ctx.T, ctx.Tsp
-    ops = [ctx.ew("embed.dropout.bwd", 2 * Tsp * h * (2 * _B + 1), "embedding")]
-    if ctx.sp:
-        ops += ctx.comm("embed.tp.allgather.grad", "tp", "allgather", T * h * _B)
-    # scatter-add of the gradient rows into the fp32 main gradient
-    ops.append(ctx.ew("embed.grad", T * h * (_B + 8), "embedding"))
-    return ops
+    return [ctx.ew("embed.dropout.bwd", 2 * ctx.Tsp * ctx.h * (2 * _B + 1), "embedding"),
+            *_lookup_grad(ctx, "embed")]
 
 
 def _vocab(ctx: _Ctx) -> int:
@@ -931,8 +937,7 @@ def _mtp_forward(ctx: _Ctx, k: int) -> list[Op]:
     h, T, Tsp = ctx.h, ctx.T, ctx.Tsp
     p = f"mtp{k}"
     last = ctx.model.layers - 1
-    ops = [ctx.ew(p + ".embed.lookup", T * h * _B * 2 + T * 8, "embedding")]
-    ops += _tp_out(ctx, p + ".embed")
+    ops = _lookup(ctx, p + ".embed")
     ops += [ctx.ew(p + ".enorm", Tsp * h * _B * 2), ctx.ew(p + ".hnorm", Tsp * h * _B * 2),
             ctx.ew(p + ".concat", Tsp * 2 * h * _B * 2)]
     ops += _fp8_cast(ctx, p + ".eh_proj", Tsp * 2 * h, "elementwise")
@@ -958,17 +963,11 @@ def _mtp_backward(ctx: _Ctx, k: int) -> list[Op]:
     if ctx.sp:
         ops += ctx.comm(p + ".eh_proj.tp.allgather.input", "tp", "allgather", T * 2 * h * _B,
                         overlapped=True)
-    dgrad, wgrad = _bwd_gemm(ctx, p + ".eh_proj", T, h // tp, 2 * h)
-    kind = "reducescatter" if ctx.sp else "allreduce"
-    ops += [dgrad, *ctx.comm(f"{p}.eh_proj.tp.{kind}.grad", "tp", kind, T * 2 * h * _B,
-                             overlapped=True), wgrad]
+    ops += _input_grad(ctx, p + ".eh_proj", "", T, h // tp, 2 * h)
     ops += [ctx.ew(p + ".concat.bwd", 2 * Tsp * 2 * h * _B * 2),
             ctx.ew(p + ".hnorm.bwd", 2 * Tsp * h * _B * 2),
             ctx.ew(p + ".enorm.bwd", 2 * Tsp * h * _B * 2)]
-    if ctx.sp:
-        ops += ctx.comm(p + ".embed.tp.allgather.grad", "tp", "allgather", T * h * _B)
-    ops.append(ctx.ew(p + ".embed.grad", T * h * (_B + 8), "embedding"))
-    return ops
+    return ops + _lookup_grad(ctx, p + ".embed")
 
 
 # ------------------------------------------------------------------------------------------
