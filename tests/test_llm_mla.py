@@ -431,17 +431,19 @@ def test_model_flops_per_token_match_nvidias_published_counter():
     causal attention core). The architecture's FLOPs (:func:`model_flops_per_step`, attention
     counted whole), with the causal half taken off, agree within the tables' rounding for
     DeepSeek-V3 (MLA, MoE, MTP) and Qwen3. GPT-OSS is left out: NVIDIA's figure (27.2 GFLOP a
-    token) is below 6 x its 5.1B active parameters, so their counter did not count its shape."""
+    token) is below 6 x its 5.1B active parameters, so their counter did not count its shape.
+    The GB200 table's dense Llama rows are left out too (70B agrees within 0.2 %,
+    405B 1.3-1.7 %, the two 405B rows 0.4 % apart from each other)."""
     from pathlib import Path
 
     import pandas as pd
 
     data = Path(__file__).parent / "data" / "measurements"
     rows = pd.concat([pd.read_csv(data / f"train_llm_nvidia_{name}.csv") for name in
-                      ("dgxb200_deepseek", "dgxb200_moe", "dgxh100_moe")])
+                      ("dgxb200_deepseek", "dgxb200_moe", "dgxh100_moe", "dgxgb200")])
     checked = set()
     for row in rows.itertuples():
-        if row.model == "gpt-oss-120b":
+        if row.model == "gpt-oss-120b" or row.model.startswith("llama"):
             continue
         m = get_llm_model(row.model)
         whole = model_flops_per_step(m, 1)

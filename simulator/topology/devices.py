@@ -121,6 +121,15 @@ def _rows():
         "TFLOPS; FP16/BF16 tensor 36 PFLOPS with sparsity / 8 = 4.5, dense 2.25 PFLOPS; 1.44 TB "
         "HBM3e / 8 = 180 GB at 62 TB/s / 8 = 7.7 TB/s; NVLink 5 1.8 TB/s per GPU; 1,000 W.")
     yield Device(
+        "gb200-186gb", "gpu", 80e12, 2.5e15, 8.0e12, 186 * _GiB, 1200.0,
+        "NVIDIA GB200 NVL72 specifications (72 Blackwell GPUs, 36 Grace CPUs), per GPU: "
+        "FP16/BF16 tensor 360 PFLOPS with sparsity / 72 = 5, dense 2.5 PFLOPS; up to 13.4 TB "
+        "HBM3e / 72 = 186 GB at 576 TB/s / 72 = 8 TB/s; NVLink 5 1.8 TB/s per GPU. FP32 80 "
+        "TFLOPS per chip: S. Bekman, Machine Learning Engineering, "
+        "compute/accelerator/README.md @744d01e1 (GB200 SXM row, 'per chip'; note 23: it 'runs "
+        "the B200 chips a bit faster', maximum SM clock 2062 MHz against B200's 1965). 1,200 "
+        "W is ASSUMED (NVIDIA's table gives the rack, not the GPU; no timing uses it).")
+    yield Device(
         "gh200-96gb", "gpu", 67e12, 989.5e12, 4.0e12, 96 * _GiB, 1000.0,
         "NVIDIA GH200 Grace Hopper Superchip datasheet: the H100 GPU with 96 GB HBM3 at 4 TB/s "
         "(67 TFLOPS FP32, 989.5 TFLOPS FP16 tensor dense), NVLink-C2C 900 GB/s to the Grace "

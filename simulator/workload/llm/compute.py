@@ -99,6 +99,8 @@ EXTRA_PEAKS: dict[str, tuple[float | None, float | None, str]] = {
                    "with sparsity; dense = half."),
     "b200-sxm-180gb": (4.5e15, 1.125e15, "NVIDIA HGX B200 datasheet (8 GPUs): FP8 72 PFLOPS and "
                        "TF32 18 PFLOPS with sparsity; per GPU / 8, dense = half."),
+    "gb200-186gb": (5e15, 1.25e15, "NVIDIA GB200 NVL72 specifications (72 GPUs): FP8 720 "
+                    "PFLOPS and TF32 180 PFLOPS with sparsity; per GPU / 72, dense = half."),
     "l40s-48gb": (733e12, 183e12, "NVIDIA L40S datasheet: FP8 1,466 and TF32 366 TFLOPS with "
                   "sparsity; dense = half."),
 }
@@ -161,6 +163,11 @@ GPU_RATES: dict[str, GpuRates] = {
                                f"GEMM: {_MAMF}, B200 bf16 1745 / 2250, fp8 3432.5 / 4500. "
                                f"Attention: forward {_FA4}; backward 0.50 ASSUMED (FA2's A100 "
                                f"bottom, as Hopper's)."),
+    "gb200-186gb": GpuRates(0.729, 0.723, "flash3", 0.71, 0.50,
+                            f"GEMM: {_MAMF} @744d01e1, GB200 SXM bf16 1822 / 2500, fp8 3615.6 "
+                            f"/ 5000. Attention: B200's row (the same Blackwell silicon; no "
+                            f"GB200 attention rate published): forward {_FA4}; backward 0.50 "
+                            f"ASSUMED."),
     "l40s-48gb": GpuRates(0.803, 0.709, "flash2", 0.73, 0.50,
                           f"GEMM: ASSUMED the H100 SXM MAMF fractions (no L40S row in {_MAMF}). "
                           f"Attention: {_FA2} (Ada runs FA2)."),
@@ -194,6 +201,7 @@ TRAINING_GEMM_EFFICIENCY = 0.785
 #: same silicon as one with an entry (HBM fraction, launch overhead and SM count are the chip's).
 EFFICIENCY_ALIASES = {
     "v100-sxm3-32gb": "v100-sxm2-32gb",   # DGX-2's SXM3 module: the same GV100 die, 80 SMs
+    "gb200-186gb": "b200-sxm-180gb",      # GB200's GPUs: the B200 die, 148 SMs
 }
 
 

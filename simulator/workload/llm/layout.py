@@ -374,13 +374,13 @@ def check_layout(model, layout: Layout, gpus: int | None = None, device=None) ->
             raise ConfigError(f"pipeline_layout {split!r}: expected {pp * v} chunks (pp x "
                               f"virtual_stages) of decoder layers adding up to the model's "
                               f"{model.layers}")
-    elif model.layers < pp * v or (model.layers % (pp * v) and
-                                   -(-model.layers // (pp * v)) * pp * v - model.layers > 2):
+    elif model.layers % (pp * v) and -(-model.layers // (pp * v)) * pp * v - model.layers > 2:
         raise ConfigError(f"{model.name}: {model.layers} layers do not split over pp x "
                           f"virtual_stages = {pp} x {v} = {pp * v} chunks: they must divide "
                           f"evenly, or be at most 2 short of a multiple (the first and last "
                           f"chunks then hold one layer fewer, as Llama 3 405B's 126 on 16 "
-                          f"stages); otherwise give the chunks' layers (--pp-layout)")
+                          f"stages, or none beside the embedding and the loss, as its 126 on "
+                          f"128 chunks); otherwise give the chunks' layers (--pp-layout)")
     if layout.global_batch % (dp * layout.micro_batch):
         raise ConfigError(f"global_batch {layout.global_batch} is not divisible by dp x "
                           f"micro_batch = {dp} x {layout.micro_batch} = "
