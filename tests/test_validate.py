@@ -72,7 +72,7 @@ def test_the_projects_suite_reproduces_its_committed_baseline(tmp_path, capsys):
                  "--baseline", str(BASELINE), "--max-regression", "0.05"]) == 0
     now = pd.read_csv(out / "validation.csv")
     committed = pd.read_csv(BASELINE)
-    assert len(load_suite(SUITE).cases) == 48 == now["case"].nunique()
+    assert len(load_suite(SUITE).cases) == 49 == now["case"].nunique()
     merged = committed.merge(now, on=["case", "group"], suffixes=("_committed", "_now"),
                              how="outer", indicator=True)
     assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"]
@@ -86,13 +86,13 @@ def test_the_projects_suite_reproduces_its_committed_baseline(tmp_path, capsys):
     # the ledger's 40 tables (without the two p5 tables it left out and the checks added later,
     # "Four more public tables" and "Three A3 Mega machines over TCPXO"): its stated means
     later = ["p5multi-ag", "p5multi-a2a", "xe9680vm4", "gjib", "gjring", "a3hightcpxag",
-             "a3megatorch", "gb200rack"]
+             "a3megatorch", "gb200rack", "gb200ib"]
     ledger = means(now[~now["case"].isin(later)]).set_index("group")
     for band, mape, bias in (("<64KiB", 19.0, -7.85), ("64KiB-1MiB", 20.8, -10.35),
                              (">=1MiB", 15.5, -9.4)):
         assert ledger.loc[band, "mape_pct"] == pytest.approx(mape, abs=0.05)
         assert ledger.loc[band, "bias_pct"] == pytest.approx(bias, abs=0.05)
-    assert len(list((out / "cases").glob("*.csv"))) == 48
+    assert len(list((out / "cases").glob("*.csv"))) == 49
 
 
 def test_the_training_suites_quick_tables_reproduce_their_committed_baseline(tmp_path, capsys):
