@@ -122,3 +122,47 @@ def test_the_dense_gb200_rows_compare_within_ten_per_cent():
     # on eight-GPU HGX B200 machines the same 405B layout's pipeline crosses InfiniBand
     hgx = compare_llm(dense.iloc[1:2], "hgx-b200")
     assert hgx["simulated"].iloc[0] < points["simulated"].iloc[1]
+
+
+@pytest.mark.parametrize("preset,gpu,gpus,nic_bw", [
+    ("hgx-b300", "b300-sxm-270gb", 8, 100e9), ("gb300-nvl72", "gb300-288gb", 72, 100e9)])
+def test_blackwell_ultra_presets_carry_800_gbps_nics(preset, gpu, gpus, nic_bw):
+    graph = load_topology(preset, {"nodes": "2"})
+    params = graph.graph["params"]
+    assert len(endpoints(graph)) == 2 * gpus and params["nic_bandwidth"] == nic_bw
+    assert params["nics_per_node"] == gpus and params["nvlink_bandwidth"] == 900e9
+    assert {graph.nodes[g]["device"] for g in endpoints(graph)} == {gpu}
+    assert graph.graph["source"]
+
+
+def test_blackwell_ultra_gpus_are_blackwell_to_nccl_and_to_fp8():
+    from simulator.library.machine import compute_capability, generation
+    from simulator.workload.llm.compute import peak_flops
+
+    for name, bf16, fp8, memory in (("b300-sxm-270gb", 2.25e15, 4.5e15, 270),
+                                    ("gb300-288gb", 2.5e15, 5e15, 288)):
+        dev = get_device(name)
+        assert compute_capability(name) == 103 and generation(103) == "blackwell"
+        assert (dev.fp16_flops_per_s, peak_flops(dev, "fp8")) == (bf16, fp8)
+        assert dev.memory_bytes == memory * 2**30
+
+
+@pytest.mark.parametrize("name,gpu,rows", [("dgxb300", "b300-sxm-270gb", 4),
+                                           ("dgxgb300", "gb300-288gb", 7)])
+def test_the_blackwell_ultra_tables_name_their_gpu_and_recipes(name, gpu, rows):
+    from simulator.comparison.llm import _device_of, pipeline_layout_of, row_layout
+    from simulator.measure.llm_table import read_llm_table
+    from simulator.workload.llm.registry import get_llm_model
+
+    table = read_llm_table(DATA / f"train_llm_nvidia_{name}.csv")
+    assert len(table) == rows
+    for _, row in table.iterrows():
+        assert _device_of(row, "b200-sxm-180gb") == (gpu, f"gpu={gpu}")
+        layout, _ = row_layout(row)
+        assert layout.gpus == row["gpus"] and layout.main_grads == "bf16"
+        layout = pipeline_layout_of(row, layout, get_llm_model(row["model"]))
+        if row["model"] == "deepseek-v3":
+            # Megatron-Bridge's DeepSeek-V3 split for the row's (PP, VP)
+            chunks = layout.pp * layout.virtual_stages
+            want = {8: (8,) * 7 + (5,), 16: (4,) * 15 + (1,)}[chunks]
+            assert layout.pipeline_layout == want

@@ -432,15 +432,16 @@ def test_model_flops_per_token_match_nvidias_published_counter():
     counted whole), with the causal half taken off, agree within the tables' rounding for
     DeepSeek-V3 (MLA, MoE, MTP) and Qwen3. GPT-OSS is left out: NVIDIA's figure (27.2 GFLOP a
     token) is below 6 x its 5.1B active parameters, so their counter did not count its shape.
-    The GB200 table's dense Llama rows are left out too (70B agrees within 0.2 %,
-    405B 1.3-1.7 %, the two 405B rows 0.4 % apart from each other)."""
+    The GB200 and GB300 tables' dense Llama rows are left out too (70B agrees within 0.2 %,
+    405B within 1.7 %, its rows 0.4 % apart from each other)."""
     from pathlib import Path
 
     import pandas as pd
 
     data = Path(__file__).parent / "data" / "measurements"
     rows = pd.concat([pd.read_csv(data / f"train_llm_nvidia_{name}.csv") for name in
-                      ("dgxb200_deepseek", "dgxb200_moe", "dgxh100_moe", "dgxgb200")])
+                      ("dgxb200_deepseek", "dgxb200_moe", "dgxh100_moe", "dgxgb200",
+                       "dgxb300", "dgxgb300")])
     checked = set()
     for row in rows.itertuples():
         if row.model == "gpt-oss-120b" or row.model.startswith("llama"):

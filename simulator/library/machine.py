@@ -20,10 +20,11 @@ from ..topology.graph import endpoints
 
 #: Compute capability by device-name prefix (NVIDIA CUDA GPUs list, developer.nvidia.com/
 #: cuda-gpus): K80 3.7, P100 6.0, V100 7.0, RTX 2080 Ti 7.5, A100 8.0, RTX 3090 8.6, RTX 4090 and
-#: L40S 8.9, H100/H200/GH200 9.0, B200 10.0.
+#: L40S 8.9, H100/H200/GH200 9.0, B200/GB200 10.0, B300/GB300 10.3.
 _COMPUTE_CAPABILITY = (("k80", 37), ("p100", 60), ("v100", 70), ("rtx-2080", 75), ("a100", 80),
                        ("rtx-3090", 86), ("rtx-4090", 89), ("l40", 89), ("h100", 90),
-                       ("h200", 90), ("gh200", 90), ("b200", 100), ("gb200", 100))
+                       ("h200", 90), ("gh200", 90), ("b200", 100), ("gb200", 100),
+                       ("b300", 103), ("gb300", 103))
 
 
 def compute_capability(device: str | None) -> int:

@@ -130,6 +130,21 @@ def _rows():
         "the B200 chips a bit faster', maximum SM clock 2062 MHz against B200's 1965). 1,200 "
         "W is ASSUMED (NVIDIA's table gives the rack, not the GPU; no timing uses it).")
     yield Device(
+        "b300-sxm-270gb", "gpu", 80e12, 2.25e15, 8.0e12, 270 * _GiB, 1000.0,
+        "NVIDIA Blackwell Ultra (HGX / DGX B300), per GPU: dense FP16/BF16 2.25 PFLOPS, FP32 80 "
+        "TFLOPS, HBM3e at 8 TB/s (S. Bekman, Machine Learning Engineering, "
+        "compute/accelerator/README.md @744d01e1, B300 SXM rows, after the DGX B300 datasheet); "
+        "270 GB as NVIDIA's MLPerf submissions name it (mlcommons inference_results_v6.0 "
+        "closed/NVIDIA, system B300-SXM-270GBx8); 1,000 W maximum TGP (Bekman, after the DGX "
+        "B300 power-capping guide).")
+    yield Device(
+        "gb300-288gb", "gpu", 80e12, 2.5e15, 8.0e12, 288 * _GiB, 1400.0,
+        "NVIDIA GB300 NVL72 (Blackwell Ultra with Grace), per GPU: dense FP16/BF16 2.5 PFLOPS, "
+        "FP32 80 TFLOPS, HBM3e at 8 TB/s (Bekman @744d01e1, GB300 SXM rows: 'the same' as GB200 "
+        "but for FP4 and memory); 288 GB as NVIDIA's MLPerf submissions name it "
+        "(GB300-NVL72_GB300-288GB_aarch64x72); 1,400 W per GPU (Bekman, after NVIDIA's GB300 "
+        "rack-planning example).")
+    yield Device(
         "gh200-96gb", "gpu", 67e12, 989.5e12, 4.0e12, 96 * _GiB, 1000.0,
         "NVIDIA GH200 Grace Hopper Superchip datasheet: the H100 GPU with 96 GB HBM3 at 4 TB/s "
         "(67 TFLOPS FP32, 989.5 TFLOPS FP16 tensor dense), NVLink-C2C 900 GB/s to the Grace "

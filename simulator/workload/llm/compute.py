@@ -101,6 +101,11 @@ EXTRA_PEAKS: dict[str, tuple[float | None, float | None, str]] = {
                        "TF32 18 PFLOPS with sparsity; per GPU / 8, dense = half."),
     "gb200-186gb": (5e15, 1.25e15, "NVIDIA GB200 NVL72 specifications (72 GPUs): FP8 720 "
                     "PFLOPS and TF32 180 PFLOPS with sparsity; per GPU / 72, dense = half."),
+    "b300-sxm-270gb": (4.5e15, 1.125e15, "Bekman @744d01e1, B300 SXM: FP8 4,500 and TF32 1,125 "
+                       "TFLOPS dense (the DGX B300 datasheet's 72 PFLOPS FP8 for 8 GPUs, "
+                       "with sparsity)."),
+    "gb300-288gb": (5e15, 1.25e15, "Bekman @744d01e1, GB300 SXM: FP8 5,000 and TF32 1,250 "
+                    "TFLOPS dense, as GB200."),
     "l40s-48gb": (733e12, 183e12, "NVIDIA L40S datasheet: FP8 1,466 and TF32 366 TFLOPS with "
                   "sparsity; dense = half."),
 }
@@ -168,6 +173,15 @@ GPU_RATES: dict[str, GpuRates] = {
                             f"/ 5000. Attention: B200's row (the same Blackwell silicon; no "
                             f"GB200 attention rate published): forward {_FA4}; backward 0.50 "
                             f"ASSUMED."),
+    "b300-sxm-270gb": GpuRates(0.786, 0.745, "flash3", 0.71, 0.50,
+                               f"GEMM: {_MAMF} @744d01e1, B300 SXM bf16 1769 / 2250, fp8 3353.3 "
+                               f"/ 4500. Attention: B200's row (the one Blackwell attention rate "
+                               f"published): forward {_FA4}; backward 0.50 ASSUMED."),
+    "gb300-288gb": GpuRates(0.729, 0.723, "flash3", 0.71, 0.50,
+                            "GEMM: ASSUMED GB200's MAMF fractions (no GB300 row in "
+                            f"{_MAMF} @744d01e1; GB300's peaks are GB200's, its GPU the "
+                            f"Blackwell Ultra that B300 shows within 1.4 % of B200 in bf16). "
+                            f"Attention: B200's row: forward {_FA4}; backward 0.50 ASSUMED."),
     "l40s-48gb": GpuRates(0.803, 0.709, "flash2", 0.73, 0.50,
                           f"GEMM: ASSUMED the H100 SXM MAMF fractions (no L40S row in {_MAMF}). "
                           f"Attention: {_FA2} (Ada runs FA2)."),
@@ -202,6 +216,8 @@ TRAINING_GEMM_EFFICIENCY = 0.785
 EFFICIENCY_ALIASES = {
     "v100-sxm3-32gb": "v100-sxm2-32gb",   # DGX-2's SXM3 module: the same GV100 die, 80 SMs
     "gb200-186gb": "b200-sxm-180gb",      # GB200's GPUs: the B200 die, 148 SMs
+    "b300-sxm-270gb": "b200-sxm-180gb",   # Blackwell Ultra: ASSUMED B200's efficiencies
+    "gb300-288gb": "b200-sxm-180gb",
 }
 
 
