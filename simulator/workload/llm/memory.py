@@ -270,8 +270,7 @@ def _stage_items(model: TransformerConfig, layout: Layout, device, stage: int) -
                 + output_activation_bytes(model, b, tp=tp, cp=cp))
     groups = sum(1 for size in (tp, cp, layout.ep, layout.dp, layout.pp) if size > 1)
     comm = groups * NCCL_PEERS_ASSUMED * NCCL_CHANNELS_ASSUMED * NCCL_BUFFSIZE_BYTES
-    hopper = dev.name.startswith(("h100", "h200", "gh200", "b200", "gb200", "b300",
-                                      "gb300"))
+    hopper = dev.name.startswith(("h100", "h200", "gh200", "b200", "gb200", "b300", "gb300"))
     workspace = 4 * (32 * _MiB if hopper else 4 * _MiB) + CUDA_CONTEXT_BYTES
     tensors = w1 + w2 + g1 + g2 + o1 + o2 + activations
     return {
