@@ -342,6 +342,17 @@ DEVICE_EFFICIENCY: dict[str, DeviceEfficiency] = {
         **_V100, multiprocessors=148,
         source="Assumed: the V100 fit; 148 SMs (NVIDIA Blackwell architecture technical brief, "
                "B200)."),
+    "gb200-186gb": DeviceEfficiency(
+        **_V100, multiprocessors=148,
+        source="Assumed: the V100 fit; 148 SMs (GB200's GPUs are the B200 die)."),
+    "b300-sxm-270gb": DeviceEfficiency(
+        **_V100, multiprocessors=148,
+        source="Assumed: the V100 fit; 148 SMs ASSUMED as B200's (NVIDIA, 'Inside NVIDIA "
+               "Blackwell Ultra': 160 SMs in the full GPU; the B300 product's count is not "
+               "stated there)."),
+    "gb300-288gb": DeviceEfficiency(
+        **_V100, multiprocessors=148,
+        source="Assumed: the V100 fit; 148 SMs ASSUMED, as b300-sxm-270gb."),
     "l40s-48gb": DeviceEfficiency(
         **_V100, multiprocessors=142,
         source="Assumed: the V100 fit; 142 SMs (NVIDIA Ada / L40S datasheet)."),

@@ -215,9 +215,6 @@ TRAINING_GEMM_EFFICIENCY = 0.785
 #: same silicon as one with an entry (HBM fraction, launch overhead and SM count are the chip's).
 EFFICIENCY_ALIASES = {
     "v100-sxm3-32gb": "v100-sxm2-32gb",   # DGX-2's SXM3 module: the same GV100 die, 80 SMs
-    "gb200-186gb": "b200-sxm-180gb",      # GB200's GPUs: the B200 die, 148 SMs
-    "b300-sxm-270gb": "b200-sxm-180gb",   # Blackwell Ultra: ASSUMED B200's efficiencies
-    "gb300-288gb": "b200-sxm-180gb",
 }
 
 
