@@ -128,7 +128,8 @@ def _rows():
         "TFLOPS per chip: S. Bekman, Machine Learning Engineering, "
         "compute/accelerator/README.md @744d01e1 (GB200 SXM row, 'per chip'; note 23: it 'runs "
         "the B200 chips a bit faster', maximum SM clock 2062 MHz against B200's 1965). 1,200 "
-        "W is ASSUMED (NVIDIA's table gives the rack, not the GPU; no timing uses it).")
+        "W per-GPU maximum power (Bekman's power table, after NVIDIA Mission Control's "
+        "power-management FAQ).")
     yield Device(
         "b300-sxm-270gb", "gpu", 80e12, 2.25e15, 8.0e12, 270 * _GiB, 1000.0,
         "NVIDIA Blackwell Ultra (HGX / DGX B300), per GPU: dense FP16/BF16 2.25 PFLOPS, FP32 80 "
@@ -142,8 +143,8 @@ def _rows():
         "NVIDIA GB300 NVL72 (Blackwell Ultra with Grace), per GPU: dense FP16/BF16 2.5 PFLOPS, "
         "FP32 80 TFLOPS, HBM3e at 8 TB/s (Bekman @744d01e1, GB300 SXM rows: 'the same' as GB200 "
         "but for FP4 and memory); 288 GB as NVIDIA's MLPerf submissions name it "
-        "(GB300-NVL72_GB300-288GB_aarch64x72); 1,400 W per GPU (Bekman, after NVIDIA's GB300 "
-        "rack-planning example).")
+        "(GB300-NVL72_GB300-288GB_aarch64x72); 1,400 W per-GPU maximum power (Bekman's power "
+        "table, after NVIDIA Mission Control's power-management FAQ).")
     yield Device(
         "gh200-96gb", "gpu", 67e12, 989.5e12, 4.0e12, 96 * _GiB, 1000.0,
         "NVIDIA GH200 Grace Hopper Superchip datasheet: the H100 GPU with 96 GB HBM3 at 4 TB/s "
